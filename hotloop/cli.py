@@ -1,0 +1,156 @@
+"""The `hotloop` command.
+
+    hotloop fit [--config FILE] [key=value ...]    train (default: the `gpt` recipe)
+    hotloop validate run_dir=DIR [key=value ...]   evaluate a saved run on its validation split
+    hotloop sample run_dir=DIR [prompt="def "]     generate text from a saved `gpt` run
+    hotloop fit --help-config                      every config key with its doc
+
+User errors (an unknown key, a bad value, unusable data) print one message naming the fix, with no
+traceback, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import difflib
+import sys
+from typing import Any
+
+from hotloop.errors import ConfigError, HotloopError
+
+
+def _config_help() -> str:
+    from hotloop.config import TrainConfig, valid_keys
+
+    docs = _field_docs(TrainConfig)
+    lines = []
+    for key in valid_keys():
+        lines.append(f"  {key:<24} {docs.get(key, '')}")
+    return "config keys (set as key=value, or in a YAML file passed with --config):\n" + "\n".join(lines)
+
+
+def _field_docs(cls: type, prefix: str = "") -> dict[str, str]:
+    """Attribute docstrings (the string under each field), read from the class source."""
+    import inspect
+    import typing
+
+    try:
+        tree = ast.parse(inspect.getsource(cls).lstrip())
+    except (OSError, TypeError):
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, nxt in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[prefix + node.target.id] = str(nxt.value.value).strip()  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            docs.update(_field_docs(hints[f.name], prefix + f.name + "."))
+    return docs
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from hotloop.config import load_config
+    from hotloop.recipes import DEFAULT_RECIPE, get_recipe
+
+    if args.help_config:
+        print(_config_help())
+        return 0
+    cfg = load_config(args.config, args.overrides, default_recipe=DEFAULT_RECIPE)
+    if cfg.recipe is None:
+        raise ConfigError("hotloop fit needs a recipe (recipe=gpt); to train your own model use hotloop.Trainer")
+    get_recipe(cfg.recipe).run(cfg)
+    return 0
+
+
+def _keyvals(items: list[str], allowed: dict[str, Any]) -> dict[str, Any]:
+    out = dict(allowed)
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"expected key=value, got `{item}`")
+        k, v = item.split("=", 1)
+        if k not in allowed:
+            close = difflib.get_close_matches(k, list(allowed), n=1)
+            hint = f"; did you mean `{close[0]}`?" if close else f"; allowed: {', '.join(allowed)}"
+            raise ConfigError(f"unknown key `{k}`{hint}")
+        default = allowed[k]
+        try:
+            out[k] = type(default)(v) if default is not None and not isinstance(default, str) else v
+        except ValueError:
+            raise ConfigError(f"invalid value for `{k}`: {v!r}; expected {type(default).__name__}") from None
+    if out.get("run_dir") is None:
+        raise ConfigError("run_dir=DIR is required (the directory of a finished `hotloop fit` run)")
+    return out
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from hotloop.recipes.gpt import load_model, sample_text
+
+    opts = _keyvals(
+        args.overrides,
+        {"run_dir": None, "prompt": "def ", "max_new_tokens": 300, "temperature": 0.8, "top_k": 50, "seed": 0,
+         "device": "auto"},
+    )
+    model, _, dev = load_model(opts["run_dir"], opts["device"])
+    print(sample_text(model, opts["prompt"], opts["max_new_tokens"], dev, opts["temperature"], opts["top_k"] or None,
+                      opts["seed"]))
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from hotloop.config import build_config, parse_overrides
+    from hotloop.recipes.corpus import eval_windows, load_corpus
+    from hotloop.recipes.gpt import load_model
+    from hotloop.trainer import Trainer
+
+    opts = _keyvals(args.overrides, {"run_dir": None, "device": "auto", "eval_batches": 16})
+    model, cfg, _ = load_model(opts["run_dir"], opts["device"])
+    cfg = build_config(parse_overrides([f"device={opts['device']}", f"eval_batches={opts['eval_batches']}"]),
+                       base=cfg.to_dict())
+    _, val = load_corpus()
+    trainer = Trainer(model, cfg)
+    metrics = trainer.validate(eval_windows(val, cfg.gpt.block_size, cfg.batch_size, cfg.eval_batches or 16))
+    for k, v in metrics.items():
+        print(f"{k}: {v:.4f}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hotloop", description="A PyTorch training engine whose hot loop never "
+                                     "waits on the host.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    fit = sub.add_parser("fit", help="train (default recipe: gpt)")
+    fit.add_argument("--config", help="YAML file of config keys")
+    fit.add_argument("--help-config", action="store_true", help="list every config key")
+    fit.add_argument("overrides", nargs="*", metavar="key=value")
+    fit.set_defaults(func=_fit)
+    val = sub.add_parser("validate", help="evaluate a saved gpt run on its validation split")
+    val.add_argument("overrides", nargs="*", metavar="key=value")
+    val.set_defaults(func=_validate)
+    smp = sub.add_parser("sample", help="generate text from a saved gpt run")
+    smp.add_argument("overrides", nargs="*", metavar="key=value")
+    smp.set_defaults(func=_sample)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except HotloopError as e:
+        print(f"hotloop: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hotloop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,390 @@
+"""Configuration: one dataclass tree, set from defaults < recipe < YAML < `key=value`.
+
+Every field carries a docstring and is validated in `__post_init__`, so a bad value fails before any
+work starts with a message that names the field, the value and what is allowed. Unknown keys get the
+closest valid key suggested (`max_stepz` -> `max_steps`). Common fields are flat (`lr=3e-4` on the
+command line); advanced ones live in sections addressed with dotted keys (`gpt.n_layer=6`).
+
+Values from the command line arrive as strings and are converted by the field's declared type, not
+by YAML's guessing (PyYAML reads `3e-4` as a string).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from hotloop.errors import ConfigError
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+SCHEDULES = ("constant", "linear", "cosine", "warmup_cosine", "onecycle")
+OPTIMIZERS = ("adamw", "adam", "sgd")
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+PROGRESS = ("auto", "rich", "plain", "off")
+RECIPES = ("gpt",)
+
+
+def _fail(name: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"invalid value for `{name}`: {value!r}; allowed: {allowed}")
+
+
+def _positive(name: str, value: Any, optional: bool = False, zero: bool = False) -> None:
+    if value is None and optional:
+        return
+    ok = value is not None and (value >= 0 if zero else value > 0)
+    if not ok:
+        what = "an integer >= 0" if zero else "a positive number"
+        _fail(name, value, what + (" or null" if optional else ""))
+
+
+@dataclass(kw_only=True)
+class GPTConfig:
+    """Section `gpt`: the byte-level GPT of the `gpt` recipe (vocabulary 256)."""
+
+    n_layer: int = 4
+    """Transformer blocks."""
+    n_head: int = 4
+    """Attention heads; must divide `n_embd`."""
+    n_embd: int = 128
+    """Width of the residual stream."""
+    block_size: int = 128
+    """Context length in bytes."""
+    dropout: float = 0.0
+    """Dropout on attention/MLP outputs and embeddings."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_layer", "n_head", "n_embd", "block_size"):
+            _positive(f"gpt.{name}", getattr(self, name))
+        if self.n_embd % self.n_head:
+            _fail("gpt.n_head", self.n_head, f"a divisor of gpt.n_embd={self.n_embd}")
+        if not 0.0 <= self.dropout < 1.0:
+            _fail("gpt.dropout", self.dropout, "a float in [0, 1)")
+
+
+@dataclass(kw_only=True)
+class OptimConfig:
+    """Section `optim`: optimizer details beyond `optimizer`, `lr` and `weight_decay`."""
+
+    beta1: float = 0.9
+    """Adam(W) beta1."""
+    beta2: float = 0.95
+    """Adam(W) beta2 (0.95 is the usual choice for transformers; torch's default is 0.999)."""
+    eps: float = 1e-8
+    """Adam(W) epsilon."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    implementation: str = "auto"
+    """`auto` (fused where the device supports it, else foreach), `fused`, `foreach`, or `loop`."""
+
+    def __post_init__(self) -> None:
+        for name in ("beta1", "beta2", "momentum"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                _fail(f"optim.{name}", getattr(self, name), "a float in [0, 1)")
+        _positive("optim.eps", self.eps)
+        if self.implementation not in ("auto", "fused", "foreach", "loop"):
+            _fail("optim.implementation", self.implementation, "auto, fused, foreach, loop")
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """Everything a run needs. Set from YAML (`--config FILE`) and `key=value` overrides."""
+
+    recipe: str | None = None
+    """Built-in recipe that supplies model and data (`gpt`); None when you pass your own model."""
+    max_steps: int | None = None
+    """Optimizer steps to run. Training stops at whichever of `max_steps`/`epochs` comes first."""
+    epochs: int | None = None
+    """Passes over the training data (default 1 when `max_steps` is not set either)."""
+    batch_size: int = 32
+    """Samples per micro-batch (per process)."""
+    lr: float = 3e-4
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay; never applied to biases, normalization weights or embeddings."""
+    optimizer: str = "adamw"
+    """`adamw`, `adam` or `sgd`."""
+    warmup_steps: int | None = None
+    """Linear warmup steps; None: 5% of the schedule for `warmup_cosine`/`onecycle`, else 0."""
+    schedule: str = "warmup_cosine"
+    """LR schedule, stepped once per optimizer step: constant, linear, cosine, warmup_cosine, onecycle."""
+    min_lr_ratio: float = 0.1
+    """Floor of `warmup_cosine`, as a fraction of `lr`."""
+    schedule_steps: int | None = None
+    """Span of the LR schedule in optimizer steps (default: the run's total steps)."""
+    layer_decay: float | None = None
+    """Layer-wise LR decay: block k of L gets lr * layer_decay**(L + 1 - k). None or 1.0: off."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step. A short final window divides by its true size."""
+    clip_grad: float | None = 1.0
+    """Clip the global gradient norm to this value; None: no clipping (the norm is still logged)."""
+    precision: str = "auto"
+    """auto (bf16 on capable CUDA, fp16+GradScaler on older CUDA, fp32 on CPU), bf16, fp16, fp32."""
+    compile: bool | str = "auto"
+    """torch.compile the model: auto (on for CUDA, off for CPU), true/false, or a mode name."""
+    log_every: int = 50
+    """Optimizer steps between log boundaries (one host read each)."""
+    eval_every: int | None = 500
+    """Optimizer steps between evaluations; None or 0: only at the end."""
+    eval_batches: int | None = None
+    """Cap on validation batches per evaluation; None: the whole validation set."""
+    run_dir: str = "runs/hotloop"
+    """Where config.yaml, metrics.jsonl, checkpoints and TensorBoard events go."""
+    seed: int = 0
+    """Seed for Python, NumPy and torch RNGs and the data order."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu), cpu, cuda, cuda:N."""
+    num_workers: int | None = None
+    """DataLoader workers for map-style datasets; None: from the core count on CUDA, 0 on CPU."""
+    drop_last: bool = True
+    """Drop the last partial training batch of an epoch (keeps shapes static)."""
+    tensorboard: bool = True
+    """Write TensorBoard events when the `tensorboard` package is installed."""
+    progress: str = "auto"
+    """Console display: auto (rich on a terminal, plain lines otherwise), rich, plain, off."""
+    gpt: GPTConfig = field(default_factory=GPTConfig)
+    """Section: the `gpt` recipe's model."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Section: optimizer details."""
+
+    def __post_init__(self) -> None:
+        if self.recipe is not None and self.recipe not in RECIPES:
+            _fail("recipe", self.recipe, ", ".join(RECIPES) + " or null")
+        _positive("max_steps", self.max_steps, optional=True)
+        _positive("epochs", self.epochs, optional=True)
+        _positive("batch_size", self.batch_size)
+        _positive("lr", self.lr)
+        _positive("weight_decay", self.weight_decay, zero=True)
+        if self.optimizer not in OPTIMIZERS:
+            _fail("optimizer", self.optimizer, ", ".join(OPTIMIZERS))
+        _positive("warmup_steps", self.warmup_steps, optional=True, zero=True)
+        if self.schedule not in SCHEDULES:
+            _fail("schedule", self.schedule, ", ".join(SCHEDULES))
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            _fail("min_lr_ratio", self.min_lr_ratio, "a float in [0, 1]")
+        _positive("schedule_steps", self.schedule_steps, optional=True)
+        if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
+            _fail("layer_decay", self.layer_decay, "a float in (0, 1] or null")
+        _positive("grad_accum", self.grad_accum)
+        _positive("clip_grad", self.clip_grad, optional=True)
+        if self.precision not in PRECISIONS:
+            _fail("precision", self.precision, ", ".join(PRECISIONS))
+        if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
+            _fail("compile", self.compile, "true, false, " + ", ".join(COMPILE_MODES))
+        _positive("log_every", self.log_every)
+        _positive("eval_every", self.eval_every, optional=True, zero=True)
+        _positive("eval_batches", self.eval_batches, optional=True)
+        if not self.run_dir:
+            _fail("run_dir", self.run_dir, "a directory path")
+        d = self.device
+        if not (d in ("auto", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
+            _fail("device", d, "auto, cpu, cuda, cuda:N")
+        _positive("num_workers", self.num_workers, optional=True, zero=True)
+        if self.progress not in PROGRESS:
+            _fail("progress", self.progress, ", ".join(PROGRESS))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """A copy with `changes` applied (dotted keys allowed), validated like any other config."""
+        return build_config(changes, base=self.to_dict())
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a config from layered dictionaries
+
+
+def _sections(cls: type) -> dict[str, type]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def valid_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """All dotted keys a config accepts."""
+    keys: list[str] = []
+    sections = _sections(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in sections:
+            keys += valid_keys(sections[f.name], prefix + f.name + ".")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def _unknown(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, valid_keys(), n=1, cutoff=0.6)
+    hint = f"; did you mean `{close[0]}`?" if close else "; run `hotloop fit --help-config` to list the keys"
+    return ConfigError(f"unknown config key `{key}`{hint}")
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """Convert `value` (from YAML or a `key=value` string) to the field type `tp`."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        if type(None) in args and (value is None or (isinstance(value, str) and value.lower() in ("none", "null"))):
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if bool in inner and (isinstance(value, bool) or (isinstance(value, str) and value.lower() in _TRUE | _FALSE)):
+            return _coerce(name, value, bool)
+        errors = []
+        for a in inner:
+            if a is bool:
+                continue
+            try:
+                return _coerce(name, value, a)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+            return value.lower() in _TRUE
+        _fail(name, value, "true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            _fail(name, value, "an integer")
+        if isinstance(value, int):
+            return value
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            _fail(name, value, "an integer")
+        if not f.is_integer():
+            _fail(name, value, "an integer")
+        return int(f)
+    if tp is float:
+        if isinstance(value, bool):
+            _fail(name, value, "a number")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            _fail(name, value, "a number")
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            _fail(name, value, "a string")
+        return str(value)
+    return value
+
+
+def _build(cls: type, raw: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    sections = _sections(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in names:
+            raise _unknown(prefix + key)
+        if key in sections:
+            if value is None:
+                value = {}
+            if not isinstance(value, dict):
+                _fail(prefix + key, value, f"a mapping of {sections[key].__name__} fields")
+            kwargs[key] = _build(sections[key], value, prefix + key + ".")
+        else:
+            kwargs[key] = _coerce(prefix + key, value, hints[key])
+    return cls(**kwargs)
+
+
+def _check_keys(cls: type, raw: dict[str, Any], prefix: str = "") -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    sections = _sections(cls)
+    for key, value in raw.items():
+        if key not in names:
+            raise _unknown(prefix + key)
+        if key in sections and isinstance(value, dict):
+            _check_keys(sections[key], value, prefix + key + ".")
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """Turn `{"gpt.n_layer": 6}` into `{"gpt": {"n_layer": 6}}`."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.split(".")
+        node = out
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"config key `{key}` puts a section under a plain value")
+        node[parts[-1]] = value
+    return out
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """Parse `key=value` strings into a nested dict of strings (typed later by the field)."""
+    flat: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"expected key=value, got `{item}` (for example `max_steps=100`)")
+        key, value = item.split("=", 1)
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not key:
+            raise ConfigError(f"empty key in `{item}`")
+        flat[key] = value
+    return nest(flat)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p} (pass an existing YAML file to --config)")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse config file {p}: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {p} must hold a mapping of keys to values, got {type(data).__name__}")
+    flat_dotted = {k: v for k, v in data.items() if isinstance(k, str) and "." in k}
+    plain = {k: v for k, v in data.items() if k not in flat_dotted}
+    return _merge(plain, nest(flat_dotted))
+
+
+def build_config(*layers: dict[str, Any], base: dict[str, Any] | None = None) -> TrainConfig:
+    """Merge nested dicts (later wins) over `base` and validate into a `TrainConfig`."""
+    merged: dict[str, Any] = dict(base or {})
+    for layer in layers:
+        merged = _merge(merged, layer)
+    return _build(TrainConfig, merged)
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | None = None, default_recipe: str | None = None
+) -> TrainConfig:
+    """Defaults < recipe defaults (for the resolved device) < YAML file < `key=value` overrides."""
+    from hotloop.recipes import recipe_defaults
+
+    file_layer = read_yaml(path) if path else {}
+    cli_layer = parse_overrides(overrides or [])
+    user = _merge(file_layer, cli_layer)
+    # Check the user's keys first so a typo is reported before the recipe is consulted.
+    _check_keys(TrainConfig, user)
+    recipe = user.get("recipe", default_recipe)
+    device = str(user.get("device", "auto"))
+    recipe_layer = recipe_defaults(str(recipe), device) if recipe and str(recipe).lower() not in ("none", "null") else {}
+    return build_config(recipe_layer, user)

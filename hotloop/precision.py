@@ -1,0 +1,113 @@
+"""Precision: autocast, loss scaling and the order of the fp16 step.
+
+A `Precision` owns the numerics of one step and nothing else: the autocast context of the forward,
+how the loss is backpropagated, how gradients are unscaled before clipping, and how the optimizer
+steps. Adding a precision is adding a subclass, never a branch in the train step.
+
+fp16 needs a GradScaler, and its order is fixed: scale -> backward -> `unscale_` -> clip -> `step`
+-> `update`. Clipping scaled gradients would clip against a norm 2**16 times too large.
+
+A note on syncs: `GradScaler.step` reads `found_inf` on the host (`.item()`) unless the optimizer
+handles scaling itself (`_step_supports_amp_scaling`, true for the fused Adam/AdamW/SGD). hotloop
+builds fused optimizers wherever the device has them (see `optim.py`), so an fp16 step skips an
+inf/NaN update inside the kernel and the host never waits.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+
+from hotloop.errors import ConfigError
+
+
+class Precision:
+    """fp32: no autocast, no scaling. Subclasses override the hooks they need."""
+
+    name = "fp32"
+    dtype: torch.dtype | None = None
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def autocast(self) -> AbstractContextManager:
+        return nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make `.grad` hold true gradients (before clipping or reading the norm)."""
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class BF16(Precision):
+    """bf16 autocast: fp32's range, so no loss scaling. Parameters and optimizer state stay fp32."""
+
+    name = "bf16"
+    dtype = torch.bfloat16
+
+    def autocast(self) -> AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+
+class FP16(Precision):
+    """fp16 autocast with a GradScaler; a step whose gradients hold inf/NaN is skipped."""
+
+    name = "fp16"
+    dtype = torch.float16
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.scaler = torch.amp.GradScaler(device.type)
+
+    def autocast(self) -> AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=torch.float16)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.scaler.step(optimizer)
+        self.scaler.update()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+
+
+_PRECISIONS: dict[str, type[Precision]] = {"fp32": Precision, "bf16": BF16, "fp16": FP16}
+
+
+def resolve_precision(name: str, device: torch.device) -> Precision:
+    """Pick the precision: `auto` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 elsewhere."""
+    if name == "auto":
+        if device.type == "cuda":
+            name = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
+        else:
+            name = "fp32"
+    if name not in _PRECISIONS:
+        raise ConfigError(f"invalid value for `precision`: {name!r}; allowed: auto, bf16, fp16, fp32")
+    if device.type == "cuda" and name == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ConfigError("precision=bf16 needs a GPU with native bf16 (Ampere or newer); use precision=fp16")
+    if device.type == "cuda":
+        # TF32 matmuls: ~8x the fp32 matmul rate on Ampere+, with a 10-bit mantissa that training tolerates.
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return _PRECISIONS[name](device)

@@ -1,0 +1,125 @@
+"""The train step: one accumulation window in, one optimizer step out, no host reads.
+
+    for each micro-batch i of n:   (gradient sync skipped on all but the last)
+        loss_i = loss_fn(model, batch) under autocast
+        backward(loss_i / n)       (scaled for fp16)
+    unscale_ -> norm -> clip -> optimizer step (skipped on-device on inf with fp16) -> zero_grad
+    scheduler.step()               (once per optimizer step, never per micro-batch)
+
+Dividing by the window's true size n (not by `grad_accum`) makes a short final window an exact
+average too. Everything returned is a tensor; the caller decides when to read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hotloop.data import Batch
+from hotloop.errors import LossError
+from hotloop.precision import Precision
+
+LossFn = Callable[[nn.Module, Batch], Any]
+
+
+def default_loss_fn(model: nn.Module, batch: Batch) -> Any:
+    """`model(*batch)` for tuples/lists, `model(**batch)` for dicts, `model(batch)` otherwise."""
+    if isinstance(batch, dict):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def as_metrics(out: Any, training: bool = True) -> dict[str, torch.Tensor]:
+    """Check a loss function's output (shapes only: no device read) and return it as a dict."""
+    if isinstance(out, torch.Tensor):
+        out = {"loss": out}
+    elif isinstance(out, dict):
+        if "loss" not in out:
+            raise LossError(f"the loss function returned a dict without a 'loss' key (keys: {sorted(out)})")
+    else:
+        raise LossError(
+            f"the loss function returned a {type(out).__name__}; return a scalar loss tensor or a dict with "
+            "'loss' (pass loss_fn=... when the model's forward returns logits)"
+        )
+    for k, v in out.items():
+        if not isinstance(v, torch.Tensor):
+            raise LossError(f"the loss function's '{k}' is a {type(v).__name__}, not a tensor")
+        if v.numel() != 1:
+            raise LossError(
+                f"the loss function's '{k}' has shape {tuple(v.shape)}; it must be a scalar "
+                "(reduce it with .mean() or .sum())"
+            )
+    if training and not out["loss"].requires_grad:
+        raise LossError("the loss does not require grad: it was detached or computed under torch.no_grad()")
+    return out
+
+
+def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """Global L2 norm of the gradients, accumulated in fp32 (fp16/bf16 sums of squares overflow, seed 000)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros((), device=params[0].device)
+    grads = [g if g.dtype in (torch.float32, torch.float64) else g.float() for g in grads]
+    return torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+
+
+@dataclass
+class StepOutput:
+    metrics: dict[str, torch.Tensor]
+    """Window means of the loss function's scalars (device tensors)."""
+    grad_norm: torch.Tensor
+    """Gradient norm before clipping (device tensor)."""
+    samples: int
+    """Samples in the window (host int from shapes)."""
+
+
+class TrainStep:
+    """Callable that runs one accumulation window. Owns the order of the numerics, not the policy."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        precision: Precision,
+        clip_grad: float | None,
+        no_sync: Callable[[], AbstractContextManager] | None = None,
+        batch_size_of: Callable[[Batch], int] | None = None,
+    ) -> None:
+        self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
+        self.precision, self.clip_grad, self.no_sync = precision, clip_grad, no_sync
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        from hotloop.data import batch_size_of as default_bs
+
+        self.batch_size_of = batch_size_of or default_bs
+
+    def __call__(self, window: list[Batch]) -> StepOutput:
+        n = len(window)
+        sums: dict[str, torch.Tensor] = {}
+        samples = 0
+        for i, batch in enumerate(window):
+            skip_sync = self.no_sync is not None and i < n - 1
+            with self.no_sync() if skip_sync else nullcontext():
+                with self.precision.autocast():
+                    out = as_metrics(self.loss_fn(self.model, batch))
+                self.precision.backward(out["loss"] / n)
+            for k, v in out.items():
+                v = v.detach().float().reshape(())
+                sums[k] = sums[k] + v if k in sums else v
+            samples += self.batch_size_of(batch)
+        self.precision.unscale_(self.optimizer)
+        norm = grad_norm(self.params)
+        if self.clip_grad is not None:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
+        self.precision.step(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples)

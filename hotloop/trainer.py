@@ -1,0 +1,290 @@
+"""The Trainer: builds the pieces, runs the loop, and decides when the host may look at the device.
+
+It owns no math: the step (`step.py`), precision (`precision.py`), optimizer and schedule
+(`optim.py`), data (`data.py`) and metrics (`metrics.py`) each live in their own module. What the
+Trainer owns is the *boundaries*: between two of them a step performs no host read of a tensor value.
+At a log boundary every metric of the interval, and at an eval boundary the validation metrics too,
+are read with one transfer (`metrics.read_scalars`).
+
+    trainer = hotloop.Trainer(model, hotloop.TrainConfig(max_steps=1000))
+    trainer.fit(train_data, val_data)
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hotloop.callbacks import Callback
+from hotloop.checkpoint import atomic_save, checkpoint_path
+from hotloop.config import TrainConfig
+from hotloop.data import Batch, BatchSource, IterableSource, batch_size_of, make_source, to_device, windows
+from hotloop.errors import ConfigError, DataError
+from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
+from hotloop.logging.console import Clock, make_console
+from hotloop.metrics import RunningSums, read_scalars
+from hotloop.optim import build_optimizer, build_scheduler
+from hotloop.precision import resolve_precision
+from hotloop.step import LossFn, StepOutput, TrainStep, as_metrics, default_loss_fn
+
+
+@dataclass
+class TrainState:
+    """Host-side counters (Python ints): nothing here is ever read from the device."""
+
+    step: int = 0
+    """Optimizer steps done."""
+    epoch: int = 0
+    """Completed passes over the training data."""
+    samples: int = 0
+    tokens: int = 0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name} but no CUDA device is available; use device=auto or device=cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ConfigError(f"device={name} but only {torch.cuda.device_count()} CUDA device(s) exist")
+    return dev
+
+
+def resolve_compile(value: bool | str, device: torch.device) -> str | None:
+    """The torch.compile mode to use, or None for eager."""
+    if value == "auto":
+        return "default" if device.type == "cuda" else None
+    if value is True:
+        return "default"
+    if value is False:
+        return None
+    return str(value)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+class Trainer:
+    """Train `model` with `cfg`. See DESIGN.md for the public API; `state`, `model` and `history` are stable."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cfg: TrainConfig | None = None,
+        loss_fn: LossFn | None = None,
+        callbacks: Sequence[Callback] = (),
+        batch_tokens: Callable[[Batch], int] | None = None,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"Trainer needs an nn.Module, got {type(model).__name__}")
+        self.cfg = cfg = cfg or TrainConfig()
+        self.device = resolve_device(cfg.device)
+        seed_everything(cfg.seed)
+        self.model = model.to(self.device)
+        self.precision = resolve_precision(cfg.precision, self.device)
+        self.loss_fn = loss_fn or default_loss_fn
+        self.callbacks = list(callbacks)
+        self.batch_tokens = batch_tokens
+        mode = resolve_compile(cfg.compile, self.device)
+        self.forward_model: nn.Module = (
+            model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
+        )
+        self.optimizer = build_optimizer(model, cfg, self.device)
+        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.state = TrainState()
+        self.history: list[dict[str, Any]] = []
+        """Every row written to metrics.jsonl by this trainer, in order."""
+        self.run_dir = Path(cfg.run_dir)
+
+    # -- data --------------------------------------------------------------------------------
+
+    def _source(self, data: Any, train: bool) -> BatchSource:
+        cfg = self.cfg
+        return make_source(
+            data,
+            batch_size=cfg.batch_size,
+            device=self.device,
+            train=train,
+            drop_last=cfg.drop_last,
+            seed=cfg.seed,
+            num_workers=cfg.num_workers,
+        )
+
+    def _batches(self, source: BatchSource, epoch: int) -> Iterator[Batch]:
+        for batch in source.epoch(epoch):
+            yield to_device(batch, self.device)
+
+    def _planned_steps(self, source: BatchSource) -> int | None:
+        """Optimizer steps this fit will run, when it can be known in advance."""
+        cfg = self.cfg
+        per_epoch = -(-source.length // cfg.grad_accum) if source.length else None
+        by_epochs = per_epoch * (cfg.epochs or 1) if per_epoch and (cfg.epochs or not cfg.max_steps) else None
+        candidates = [s for s in (cfg.max_steps, by_epochs) if s]
+        return min(candidates) if candidates else None
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def fit(self, train_data: Any, val_data: Any = None) -> Trainer:
+        """Train until `max_steps` optimizer steps or `epochs` passes, whichever comes first."""
+        cfg = self.cfg
+        source = self._source(train_data, train=True)
+        val_source = self._source(val_data, train=False) if val_data is not None else None
+        planned = self._planned_steps(source)
+        if self.scheduler is None:
+            span = cfg.schedule_steps or planned
+            if span is None and cfg.schedule != "constant":
+                raise ConfigError(
+                    f"schedule={cfg.schedule} needs to know the run's length but the data has no len(); "
+                    "set max_steps (or schedule_steps)"
+                )
+            self.scheduler = build_scheduler(self.optimizer, cfg, span or 1)
+        step_fn = TrainStep(self.forward_model, self.loss_fn, self.optimizer, self.scheduler, self.precision,
+                            cfg.clip_grad)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        cfg.save(self.run_dir / "config.yaml")
+        console = make_console(cfg.progress, planned)
+        sinks: list[Any] = [console, JsonlSink(self.run_dir / "metrics.jsonl")]
+        if cfg.tensorboard and tensorboard_available():
+            sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
+        self._loggers, self._console = Loggers(sinks), console
+        self._sums, self._clock = RunningSums(), Clock()
+        self._interval_samples = self._interval_tokens = 0
+        self.model.train()
+        for cb in self.callbacks:
+            cb.on_fit_start(self)
+        try:
+            self._loop(step_fn, source, val_source)
+            self._boundary(log=self._sums.count > 0, val_source=val_source)
+            self.save_checkpoint()
+            for cb in self.callbacks:
+                cb.on_fit_end(self)
+        finally:
+            self._loggers.close()
+        return self
+
+    def _loop(self, step_fn: TrainStep, source: BatchSource, val_source: BatchSource | None) -> None:
+        cfg, state = self.cfg, self.state
+        one_shot = isinstance(source, IterableSource) and source.one_shot
+        while True:
+            produced = False
+            for window in windows(self._batches(source, state.epoch), cfg.grad_accum):
+                produced = True
+                out = step_fn(window)
+                self._sums.add({**out.metrics, "grad_norm": out.grad_norm})
+                state.step += 1
+                state.samples += out.samples
+                self._interval_samples += out.samples
+                if self.batch_tokens is not None:
+                    tokens = sum(self.batch_tokens(b) for b in window)
+                    state.tokens += tokens
+                    self._interval_tokens += tokens
+                self._console.advance()
+                for cb in self.callbacks:
+                    cb.on_step_end(self, out)
+                last = cfg.max_steps is not None and state.step >= cfg.max_steps
+                log = state.step % cfg.log_every == 0
+                evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0 and not last
+                if log or evaluate:
+                    self._boundary(log=log, val_source=val_source if evaluate else None)
+                if last:
+                    return
+            if not produced:
+                if state.step == 0:
+                    raise DataError(
+                        "the training data yielded no batch: check that the dataset is not empty and that "
+                        "batch_size is not larger than it with drop_last=true"
+                    )
+                return  # a one-shot iterator is exhausted
+            state.epoch += 1
+            if (cfg.epochs and state.epoch >= cfg.epochs) or one_shot or (not cfg.epochs and not cfg.max_steps):
+                return
+
+    def _boundary(self, log: bool, val_source: BatchSource | None) -> None:
+        """Read every pending metric with one host transfer, then write the row everywhere."""
+        elapsed, interval = self._clock.lap()
+        pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
+        if val_source is not None:
+            pending.update(self._val_means(val_source))
+        if not pending:
+            return
+        values = read_scalars(pending)  # sync: log/eval boundary
+        row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
+        if log:
+            row.update({k: values[k] for k in self._sums.sums})
+            row["lr"] = self.optimizer.param_groups[-1]["lr"] / self.optimizer.param_groups[-1].get("lr_scale", 1.0)
+            row["samples_per_s"] = self._interval_samples / max(interval, 1e-9)
+            if self.batch_tokens is not None:
+                row["tokens_per_s"] = self._interval_tokens / max(interval, 1e-9)
+        val = {k: v for k, v in values.items() if k.startswith("val_")}
+        row.update(val)
+        row["elapsed_s"] = round(elapsed, 3)
+        self._sums.reset()
+        self._interval_samples = self._interval_tokens = 0
+        self._clock.last = time.perf_counter()  # evaluation time does not count as training time
+        self.history.append(row)
+        self._loggers.log(row)
+        for cb in self.callbacks:
+            if log:
+                cb.on_log(self, row)
+            if val:
+                cb.on_validation_end(self, val)
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def _val_means(self, source: BatchSource) -> dict[str, torch.Tensor]:
+        """Sample-weighted validation means as device tensors (`val_*`); no host read."""
+        was_training = self.model.training
+        self.model.eval()
+        sums: dict[str, torch.Tensor] = {}
+        seen = 0
+        try:
+            with torch.no_grad():
+                for i, batch in enumerate(self._batches(source, 0)):
+                    if self.cfg.eval_batches and i >= self.cfg.eval_batches:
+                        break
+                    with self.precision.autocast():
+                        out = as_metrics(self.loss_fn(self.forward_model, batch), training=False)
+                    n = batch_size_of(batch)
+                    for k, v in out.items():
+                        v = v.detach().float().reshape(()) * n
+                        sums[k] = sums[k] + v if k in sums else v
+                    seen += n
+        finally:
+            self.model.train(was_training)
+        if not seen:
+            raise DataError("the validation data yielded no batch; pass a non-empty val_data")
+        return {f"val_{k}": v / seen for k, v in sums.items()}
+
+    def validate(self, val_data: Any) -> dict[str, float]:
+        """Evaluate on `val_data` (`model.eval()` + `no_grad`); returns `val_loss` and the other `val_*` means."""
+        return read_scalars(self._val_means(self._source(val_data, train=False)))  # sync: the result
+
+    # -- saving ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "precision": self.precision.state_dict(),
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "config": self.cfg.to_dict(),
+        }
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        """Atomically write the full training state (at a boundary: nothing is pending on the device)."""
+        return atomic_save(self.state_dict(), path or checkpoint_path(self.run_dir, self.state.step))
+
