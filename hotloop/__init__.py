@@ -1,9 +1,9 @@
 """hotloop: a PyTorch training engine whose hot loop never waits on the host.
 
-    import hotloop
-    cfg = hotloop.TrainConfig(max_steps=1000, batch_size=64, lr=3e-4)
-    trainer = hotloop.Trainer(model, cfg)
-    trainer.fit(train_data, val_data)
+import hotloop
+cfg = hotloop.TrainConfig(max_steps=1000, batch_size=64, lr=3e-4)
+trainer = hotloop.Trainer(model, cfg)
+trainer.fit(train_data, val_data)
 """
 
 from hotloop.callbacks import Callback

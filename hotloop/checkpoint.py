@@ -69,5 +69,5 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             raise HotloopError(f"no checkpoint in {p / CKPT_DIR}: train first (hotloop fit run_dir={p})")
         p = found[-1]
     if not p.is_file():
-        raise HotloopError(f"checkpoint not found: {p}")
+        raise HotloopError(f"no checkpoint at {p}: pass a run directory written by `hotloop fit` or a .pt file")
     return torch.load(p, map_location=map_location, weights_only=False)

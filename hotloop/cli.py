@@ -91,12 +91,22 @@ def _sample(args: argparse.Namespace) -> int:
 
     opts = _keyvals(
         args.overrides,
-        {"run_dir": None, "prompt": "def ", "max_new_tokens": 300, "temperature": 0.8, "top_k": 50, "seed": 0,
-         "device": "auto"},
+        {
+            "run_dir": None,
+            "prompt": "def ",
+            "max_new_tokens": 300,
+            "temperature": 0.8,
+            "top_k": 50,
+            "seed": 0,
+            "device": "auto",
+        },
     )
     model, _, dev = load_model(opts["run_dir"], opts["device"])
-    print(sample_text(model, opts["prompt"], opts["max_new_tokens"], dev, opts["temperature"], opts["top_k"] or None,
-                      opts["seed"]))
+    print(
+        sample_text(
+            model, opts["prompt"], opts["max_new_tokens"], dev, opts["temperature"], opts["top_k"] or None, opts["seed"]
+        )
+    )
     return 0
 
 
@@ -108,8 +118,9 @@ def _validate(args: argparse.Namespace) -> int:
 
     opts = _keyvals(args.overrides, {"run_dir": None, "device": "auto", "eval_batches": 16})
     model, cfg, _ = load_model(opts["run_dir"], opts["device"])
-    cfg = build_config(parse_overrides([f"device={opts['device']}", f"eval_batches={opts['eval_batches']}"]),
-                       base=cfg.to_dict())
+    cfg = build_config(
+        parse_overrides([f"device={opts['device']}", f"eval_batches={opts['eval_batches']}"]), base=cfg.to_dict()
+    )
     _, val = load_corpus()
     trainer = Trainer(model, cfg)
     metrics = trainer.validate(eval_windows(val, cfg.gpt.block_size, cfg.batch_size, cfg.eval_batches or 16))
@@ -119,8 +130,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hotloop", description="A PyTorch training engine whose hot loop never "
-                                     "waits on the host.")
+    parser = argparse.ArgumentParser(
+        prog="hotloop", description="A PyTorch training engine whose hot loop never waits on the host."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     fit = sub.add_parser("fit", help="train (default recipe: gpt)")
     fit.add_argument("--config", help="YAML file of config keys")

@@ -154,6 +154,12 @@ class TrainConfig:
     """Section: optimizer details."""
 
     def __post_init__(self) -> None:
+        for name, cls in _sections(type(self)).items():  # sections may be given as dicts in Python too
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, _build(cls, value, name + "."))
+            elif not isinstance(value, cls):
+                _fail(name, value, f"a {cls.__name__} or a dict of its fields")
         if self.recipe is not None and self.recipe not in RECIPES:
             _fail("recipe", self.recipe, ", ".join(RECIPES) + " or null")
         _positive("max_steps", self.max_steps, optional=True)
@@ -194,7 +200,7 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with `changes` applied (dotted keys allowed), validated like any other config."""
-        return build_config(changes, base=self.to_dict())
+        return build_config(nest(changes), base=self.to_dict())
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -386,5 +392,7 @@ def load_config(
     _check_keys(TrainConfig, user)
     recipe = user.get("recipe", default_recipe)
     device = str(user.get("device", "auto"))
-    recipe_layer = recipe_defaults(str(recipe), device) if recipe and str(recipe).lower() not in ("none", "null") else {}
+    recipe_layer = (
+        recipe_defaults(str(recipe), device) if recipe and str(recipe).lower() not in ("none", "null") else {}
+    )
     return build_config(recipe_layer, user)

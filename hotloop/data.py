@@ -173,7 +173,9 @@ def make_source(
 ) -> BatchSource:
     """Wrap `data` (see the module docstring) into a `BatchSource`."""
     if data is None:
-        raise DataError("no data given: pass a Dataset, a DataLoader, a tuple/dict of tensors or an iterable of batches")
+        raise DataError(
+            "no data given: pass a Dataset, a DataLoader, a tuple/dict of tensors or an iterable of batches"
+        )
     tensors = _tensor_collection(data)
     if tensors is not None:
         return TensorSlices(tensors, batch_size, shuffle=train, drop_last=drop_last and train, seed=seed)

@@ -78,6 +78,8 @@ class StepOutput:
     """Gradient norm before clipping (device tensor)."""
     samples: int
     """Samples in the window (host int from shapes)."""
+    lr: float
+    """Base LR this step trained with (a Python float; LLRD groups scale it)."""
 
 
 class TrainStep:
@@ -119,7 +121,9 @@ class TrainStep:
         norm = grad_norm(self.params)
         if self.clip_grad is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
+        group = self.optimizer.param_groups[-1]
+        lr = group["lr"] / group.get("lr_scale", 1.0)
         self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples)
+        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples, lr)

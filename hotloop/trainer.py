@@ -33,7 +33,7 @@ from hotloop.logging.console import Clock, make_console
 from hotloop.metrics import RunningSums, read_scalars
 from hotloop.optim import build_optimizer, build_scheduler
 from hotloop.precision import resolve_precision
-from hotloop.step import LossFn, StepOutput, TrainStep, as_metrics, default_loss_fn
+from hotloop.step import LossFn, TrainStep, as_metrics, default_loss_fn
 
 
 @dataclass
@@ -150,8 +150,9 @@ class Trainer:
                     "set max_steps (or schedule_steps)"
                 )
             self.scheduler = build_scheduler(self.optimizer, cfg, span or 1)
-        step_fn = TrainStep(self.forward_model, self.loss_fn, self.optimizer, self.scheduler, self.precision,
-                            cfg.clip_grad)
+        step_fn = TrainStep(
+            self.forward_model, self.loss_fn, self.optimizer, self.scheduler, self.precision, cfg.clip_grad
+        )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.run_dir / "config.yaml")
         console = make_console(cfg.progress, planned)
@@ -182,6 +183,7 @@ class Trainer:
             for window in windows(self._batches(source, state.epoch), cfg.grad_accum):
                 produced = True
                 out = step_fn(window)
+                self._last_lr = out.lr
                 self._sums.add({**out.metrics, "grad_norm": out.grad_norm})
                 state.step += 1
                 state.samples += out.samples
@@ -193,13 +195,12 @@ class Trainer:
                 self._console.advance()
                 for cb in self.callbacks:
                     cb.on_step_end(self, out)
-                last = cfg.max_steps is not None and state.step >= cfg.max_steps
+                if cfg.max_steps is not None and state.step >= cfg.max_steps:
+                    return  # the final boundary (log + eval in one read) is fit's
                 log = state.step % cfg.log_every == 0
-                evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0 and not last
+                evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
                 if log or evaluate:
                     self._boundary(log=log, val_source=val_source if evaluate else None)
-                if last:
-                    return
             if not produced:
                 if state.step == 0:
                     raise DataError(
@@ -223,7 +224,7 @@ class Trainer:
         row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
         if log:
             row.update({k: values[k] for k in self._sums.sums})
-            row["lr"] = self.optimizer.param_groups[-1]["lr"] / self.optimizer.param_groups[-1].get("lr_scale", 1.0)
+            row["lr"] = self._last_lr
             row["samples_per_s"] = self._interval_samples / max(interval, 1e-9)
             if self.batch_tokens is not None:
                 row["tokens_per_s"] = self._interval_tokens / max(interval, 1e-9)
@@ -287,4 +288,3 @@ class Trainer:
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
         """Atomically write the full training state (at a boundary: nothing is pending on the device)."""
         return atomic_save(self.state_dict(), path or checkpoint_path(self.run_dir, self.state.step))
-

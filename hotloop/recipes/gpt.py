@@ -92,8 +92,13 @@ def run(cfg: TrainConfig, say: Any = print) -> Trainer:
 
 
 def sample_text(
-    model: GPT, prompt: str, max_new_tokens: int, device: torch.device, temperature: float = 0.8,
-    top_k: int | None = 50, seed: int = 0,
+    model: GPT,
+    prompt: str,
+    max_new_tokens: int,
+    device: torch.device,
+    temperature: float = 0.8,
+    top_k: int | None = 50,
+    seed: int = 0,
 ) -> str:
     model.eval()
     data = prompt.encode("utf-8") or b"\n"

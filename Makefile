@@ -1,0 +1,29 @@
+# hotloop: `make demo` sets up and trains the default recipe; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test lint clean
+
+setup: $(VENV)/.installed
+
+# The pinned CPU build of torch goes in first when none is importable: the package's own range
+# (torch>=2.6) would otherwise let pip pull a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+demo: setup
+	$(BIN)/hotloop fit
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check hotloop tests
+	$(BIN)/ruff format --check hotloop tests
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,128 @@
+"""Counting host reads of tensor values with a `TorchFunctionMode`.
+
+On CUDA, reading a tensor's value on the host (`.item()`, `float(t)`, `if t:`, printing, `.tolist()`,
+`.numpy()`, data-dependent shapes such as `nonzero` or boolean-mask indexing, `torch.tensor` over a
+list of tensors) waits for every queued kernel. The same Python calls happen on the CPU, where they
+are cheap, so counting them there shows on a laptop, and in CI, what would stall a GPU.
+
+Reads that PyTorch makes of host-resident bookkeeping - a CPU tensor read inside `torch.optim`, such
+as the step counters of a non-fused optimizer - are not syncs on any device and are not counted.
+Reads PyTorch makes on the user's behalf that would sync on CUDA (`GradScaler.step` with a
+non-fused optimizer, `clip_grad_norm_(error_if_nonfinite=True)`) are counted, attributed to the
+first frame outside torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OPTIM_DIR = os.path.join(os.path.dirname(torch.__file__), "optim") + os.sep
+_THIS_FILE = os.path.abspath(__file__)
+
+_ALWAYS = {
+    "item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__", "__complex__",
+    "__format__", "__repr__", "__str__", "__array__", "nonzero", "argwhere", "masked_select",
+    "unique", "unique_consecutive", "nonzero_static", "repeat_interleave",
+}  # fmt: skip
+
+
+def _has_tensor(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, (list, tuple)):
+        return any(_has_tensor(o) for o in obj)
+    return False
+
+
+def _bool_index(index: Any) -> bool:
+    if isinstance(index, torch.Tensor):
+        return index.dtype == torch.bool
+    if isinstance(index, tuple):
+        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in index)
+    return False
+
+
+def _read_kind(func: Any, args: tuple, kwargs: dict) -> str | None:
+    """The name of the host read `func(*args)` performs, or None if it performs none."""
+    name = getattr(func, "__name__", "")
+    if name in _ALWAYS:
+        if name == "repeat_interleave" and not (len(args) > 1 and isinstance(args[1], torch.Tensor)):
+            return None
+        return name
+    if name == "__getitem__" and len(args) > 1 and _bool_index(args[1]):
+        return "boolean-mask index"
+    if func in (torch.tensor, torch.as_tensor) and args and isinstance(args[0], (list, tuple)) and _has_tensor(args[0]):
+        return f"torch.{name} over tensors"
+    if name in ("cpu", "to") and args and isinstance(args[0], torch.Tensor) and args[0].device.type != "cpu":
+        target = args[1] if len(args) > 1 else kwargs.get("device")
+        if name == "cpu" or str(target).startswith("cpu"):
+            return f".{name}() to host"
+    return None
+
+
+@dataclass(frozen=True)
+class HostRead:
+    kind: str
+    """The operation (`item`, `__bool__`, `boolean-mask index`, ...)."""
+    filename: str
+    """First frame outside torch: the code that caused the read."""
+    lineno: int
+    label: Any
+    """What the counter's `label` was when the read happened (e.g. the step)."""
+
+
+class HostReadCounter(TorchFunctionMode):
+    """Record host reads while active.
+
+        with HostReadCounter() as c:
+            train()
+        print(c.total, c.by_site())
+
+    Set `counter.label` (e.g. to the current step) to group reads; `reads` keeps each one in order.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[HostRead] = []
+        self.label: Any = None
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        kind = _read_kind(func, args, kwargs)
+        if kind is not None:
+            self._record(kind, args)
+        return func(*args, **kwargs)
+
+    def _record(self, kind: str, args: tuple) -> None:
+        frame = sys._getframe(2)
+        in_optim = False
+        while frame is not None:
+            fname = frame.f_code.co_filename
+            if fname.startswith(_OPTIM_DIR):
+                in_optim = True
+            if not fname.startswith(_TORCH_DIR) and os.path.abspath(fname) != _THIS_FILE:
+                break
+            frame = frame.f_back
+        tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if in_optim and tensor is not None and tensor.device.type == "cpu":
+            return  # host-resident optimizer bookkeeping: not a sync on any device
+        site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("<unknown>", 0)
+        self.reads.append(HostRead(kind, site[0], site[1], self.label))
+
+    @property
+    def total(self) -> int:
+        return len(self.reads)
+
+    def by_label(self) -> Counter:
+        return Counter(r.label for r in self.reads)
+
+    def by_site(self) -> Counter:
+        return Counter((r.filename, r.lineno, r.kind) for r in self.reads)
