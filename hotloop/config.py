@@ -130,6 +130,8 @@ class TrainConfig:
     """torch.compile the model: auto (on for CUDA, off for CPU), true/false, or a mode name."""
     log_every: int = 50
     """Optimizer steps between log boundaries (one host read each)."""
+    log_first_step: bool = False
+    """Make step 1 a log boundary too (one extra read, once), to see the initial loss against ln(C) at once."""
     eval_every: int | None = 500
     """Optimizer steps between evaluations; None or 0: only at the end."""
     eval_batches: int | None = None

@@ -63,11 +63,22 @@ def batch_size_of(batch: Batch) -> int:
     return int(t.shape[0]) if t is not None and t.ndim > 0 else 1
 
 
+def _to_accelerator(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    if t.device == device:
+        return t
+    if t.device.type == "cpu" and not t.is_pinned():
+        # A blocking copy from pageable memory synchronizes the stream: the host would wait for the
+        # device every step. Staging through the caching pinned allocator keeps the copy asynchronous
+        # (the allocator records the copy's event before reusing the buffer).
+        t = t.pin_memory()
+    return t.to(device, non_blocking=True)
+
+
 def to_device(batch: Batch, device: torch.device) -> Batch:
-    """Move a batch to `device`; copies from pinned memory are asynchronous (`non_blocking`)."""
+    """Move a batch to `device` with asynchronous copies from pinned memory."""
     if device.type == "cpu":
         return tree_map(lambda t: t if t.device.type == "cpu" else t.to("cpu"), batch)
-    return tree_map(lambda t: t.to(device, non_blocking=t.is_pinned()), batch)
+    return tree_map(lambda t: _to_accelerator(t, device), batch)
 
 
 class BatchSource:

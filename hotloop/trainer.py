@@ -197,7 +197,7 @@ class Trainer:
                     cb.on_step_end(self, out)
                 if cfg.max_steps is not None and state.step >= cfg.max_steps:
                     return  # the final boundary (log + eval in one read) is fit's
-                log = state.step % cfg.log_every == 0
+                log = state.step % cfg.log_every == 0 or (cfg.log_first_step and state.step == 1)
                 evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
                 if log or evaluate:
                     self._boundary(log=log, val_source=val_source if evaluate else None)

@@ -20,7 +20,7 @@ from hotloop.checkpoint import load_checkpoint
 from hotloop.config import TrainConfig, build_config
 from hotloop.recipes.corpus import RandomWindows, eval_windows, load_corpus
 from hotloop.recipes.gptmodel import GPT
-from hotloop.trainer import Trainer, resolve_device
+from hotloop.trainer import Trainer, resolve_device, seed_everything
 
 CPU_DEFAULTS: dict[str, Any] = {
     "recipe": "gpt",
@@ -31,6 +31,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "schedule": "warmup_cosine",
     "warmup_steps": 30,
     "log_every": 25,
+    "log_first_step": True,
     "eval_every": 200,
     "eval_batches": 16,
     "run_dir": "runs/gpt",
@@ -66,6 +67,7 @@ def tokens_in(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
 def build(cfg: TrainConfig) -> tuple[Trainer, RandomWindows, list]:
     train, val = load_corpus()
     g = cfg.gpt
+    seed_everything(cfg.seed)  # the model's initialisation depends on the seed too
     trainer = Trainer(GPT(g), cfg, batch_tokens=tokens_in)
     train_batches = RandomWindows(train, g.block_size, cfg.batch_size, seed=cfg.seed)
     val_batches = eval_windows(val, g.block_size, cfg.batch_size, cfg.eval_batches or 16)
