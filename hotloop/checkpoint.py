@@ -1,14 +1,28 @@
-"""Checkpoints: atomic writes and loading.
+"""Checkpoints that survive any crash, and finding the newest one that is intact.
 
-A checkpoint is written to a temporary file in the target directory, flushed and fsynced, then
-`os.replace`d onto its final name and the directory fsynced: a crash at any moment leaves either the
-old file or the new one, never a torn one.
+Layout of `run_dir/checkpoints/`:
+
+    step_00000037.pt     the state (torch.save)
+    step_00000037.json   its manifest: step, and size + sha256 of every file of the checkpoint
+
+Commit protocol. The state is written to a temporary file in the same directory, flushed and
+fsynced, `os.replace`d onto its name, and the directory fsynced; then the manifest goes through the
+same steps. A checkpoint exists only once its manifest does, and it is *valid* only while every file
+still has the size and sha256 the manifest records - so a truncated, zero-byte or bit-flipped file is
+recognised without unpickling garbage. Retention deletes old checkpoints only after the new one is
+committed, manifest first (so a purge cut short leaves an uncommitted orphan, never a half-valid
+checkpoint), and never counts uncommitted files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +31,11 @@ import torch
 from hotloop.errors import HotloopError
 
 CKPT_DIR = "checkpoints"
+FORMAT = 1
+
+
+class CheckpointError(HotloopError):
+    """A checkpoint could not be written or read."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -30,13 +49,12 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_save(obj: Any, path: str | Path) -> Path:
-    path = Path(path)
+def _atomic_write(path: Path, write: Callable[[Any], None]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -44,30 +62,174 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_save(obj: Any, path: str | Path) -> Path:
+    """`torch.save` that leaves either the old file or the complete new one, whatever happens."""
+    path = Path(path)
+    _atomic_write(path, lambda f: torch.save(obj, f))
     return path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / CKPT_DIR / f"step_{step:08d}.pt"
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Committed checkpoints of a run, oldest first."""
+def _manifest_path(ckpt: Path) -> Path:
+    return ckpt.with_suffix(".json")
+
+
+def verify(ckpt: Path) -> str | None:
+    """None if `ckpt` is committed and intact, else the reason it is not."""
+    mpath = _manifest_path(ckpt)
+    if not mpath.is_file():
+        return "no manifest (the save did not complete)"
+    try:
+        manifest = json.loads(mpath.read_text())
+        files = manifest["files"]
+    except (ValueError, KeyError, TypeError):
+        return "unreadable manifest"
+    for name, meta in files.items():
+        f = ckpt.parent / name
+        if not f.is_file():
+            return f"{name} is missing"
+        size = f.stat().st_size
+        if size != meta["size"]:
+            return f"{name} has {size} bytes, the manifest says {meta['size']} (truncated?)"
+        if sha256_file(f) != meta["sha256"]:
+            return f"{name} does not match its sha256 (corrupted)"
+    return None
+
+
+@dataclass
+class Found:
+    path: Path
+    step: int
+
+
+def committed(run_dir: str | Path) -> list[Found]:
+    """Checkpoints with a manifest, oldest first (not yet verified)."""
     d = Path(run_dir) / CKPT_DIR
-    return sorted(d.glob("step_*.pt")) if d.is_dir() else []
+    out = []
+    for m in sorted(d.glob("step_*.json")) if d.is_dir() else []:
+        try:
+            step = int(m.stem.split("_", 1)[1])
+        except ValueError:
+            continue
+        out.append(Found(m.with_suffix(".pt"), step))
+    return out
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Committed checkpoint files of a run, oldest first."""
+    return [f.path for f in committed(run_dir)]
+
+
+def latest_valid(run_dir: str | Path, strict: bool = False) -> Path | None:
+    """The newest intact checkpoint; a broken newer one is skipped with a warning (or raises if `strict`)."""
+    for found in reversed(committed(run_dir)):
+        reason = verify(found.path)
+        if reason is None:
+            return found.path
+        msg = f"skipping checkpoint {found.path}: {reason}"
+        if strict:
+            raise CheckpointError(msg + " (resume_strict=true; set it to false to fall back to the previous one)")
+        warnings.warn(msg, stacklevel=2)
+    return None
+
+
+def save_checkpoint(state: dict[str, Any], run_dir: str | Path, step: int, keep_last: int | None = 3) -> Path:
+    """Commit `state` as the checkpoint of `step`, then purge beyond the newest `keep_last`."""
+    path = checkpoint_path(run_dir, step)
+    atomic_save(state, path)
+    manifest = {
+        "format": FORMAT,
+        "step": step,
+        "files": {path.name: {"size": path.stat().st_size, "sha256": sha256_file(path)}},
+    }
+    _atomic_write(_manifest_path(path), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    if keep_last:
+        purge(run_dir, keep_last)
+    return path
+
+
+def purge(run_dir: str | Path, keep_last: int) -> None:
+    """Delete committed checkpoints older than the newest `keep_last` (manifest first)."""
+    found = committed(run_dir)
+    for old in found[: max(0, len(found) - keep_last)]:
+        _manifest_path(old.path).unlink(missing_ok=True)
+        old.path.unlink(missing_ok=True)
+    # temporaries and orphans left by crashed saves
+    d = Path(run_dir) / CKPT_DIR
+    live = {f.path.name for f in committed(run_dir)}
+    for f in d.glob("step_*.pt"):
+        if f.name not in live:
+            f.unlink(missing_ok=True)
+    for f in d.glob(".step_*.tmp"):
+        f.unlink(missing_ok=True)
+
+
+def resolve(path: str | Path, strict: bool = False) -> Path:
+    """A checkpoint file from a run directory (newest valid) or a file path (verified if it has a manifest)."""
+    p = Path(path)
+    if p.is_dir():
+        found = latest_valid(p, strict=strict)
+        if found is None:
+            raise CheckpointError(f"no valid checkpoint in {p / CKPT_DIR}: train first (hotloop fit run_dir={p})")
+        return found
+    if not p.is_file():
+        raise CheckpointError(f"no checkpoint at {p}: pass a run directory written by `hotloop fit` or a .pt file")
+    if _manifest_path(p).is_file():
+        reason = verify(p)
+        if reason is not None:
+            raise CheckpointError(f"checkpoint {p} is not usable: {reason}")
+    return p
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint file, or the newest checkpoint of a run directory.
+    """Load a checkpoint file, or the newest valid checkpoint of a run directory.
 
-    Returns the saved dict: `model`, `optimizer`, `scheduler`, `precision`, `step`, `epoch`, `config`.
+    Returns the saved dict: `model`, `optimizer`, `scheduler`, `precision`, `step`, `epoch`, `data`,
+    `rng`, `history`, `config`.
     """
-    p = Path(path)
-    if p.is_dir():
-        found = list_checkpoints(p)
-        if not found:
-            raise HotloopError(f"no checkpoint in {p / CKPT_DIR}: train first (hotloop fit run_dir={p})")
-        p = found[-1]
-    if not p.is_file():
-        raise HotloopError(f"no checkpoint at {p}: pass a run directory written by `hotloop fit` or a .pt file")
-    return torch.load(p, map_location=map_location, weights_only=False)
+    p = resolve(path)
+    try:
+        return torch.load(p, map_location=map_location, weights_only=False)
+    except Exception as e:  # a file without a manifest can still be garbage
+        raise CheckpointError(f"cannot read checkpoint {p}: {e}") from None
+
+
+def capture_rng() -> dict[str, Any]:
+    """Python, NumPy, torch CPU and every CUDA device's RNG state."""
+    import random
+
+    import numpy as np
+
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

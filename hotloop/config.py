@@ -136,6 +136,18 @@ class TrainConfig:
     """Optimizer steps between evaluations; None or 0: only at the end."""
     eval_batches: int | None = None
     """Cap on validation batches per evaluation; None: the whole validation set."""
+    ckpt_every: int | None = None
+    """Optimizer steps between checkpoints (each also a log boundary); None: only at the end and on a signal."""
+    keep_last: int = 3
+    """Committed checkpoints to keep; older ones are deleted after a new one is committed."""
+    resume: str | None = None
+    """None: start fresh; `auto`: the newest valid checkpoint of run_dir if there is one; or a checkpoint path."""
+    resume_strict: bool = False
+    """Fail instead of falling back to an older checkpoint when the newest is corrupt."""
+    on_save_error: str = "stop"
+    """When a checkpoint cannot be written (disk full, permission): `stop` the run cleanly, or `warn` and go on."""
+    preempt_signals: str = "SIGTERM,SIGUSR1"
+    """Signals that save a checkpoint at the next step boundary and exit with 128 + signal number."""
     run_dir: str = "runs/hotloop"
     """Where config.yaml, metrics.jsonl, checkpoints and TensorBoard events go."""
     seed: int = 0
@@ -188,6 +200,15 @@ class TrainConfig:
         _positive("log_every", self.log_every)
         _positive("eval_every", self.eval_every, optional=True, zero=True)
         _positive("eval_batches", self.eval_batches, optional=True)
+        _positive("ckpt_every", self.ckpt_every, optional=True)
+        _positive("keep_last", self.keep_last)
+        if self.on_save_error not in ("stop", "warn"):
+            _fail("on_save_error", self.on_save_error, "stop, warn")
+        import signal
+
+        for name in filter(None, (n.strip() for n in self.preempt_signals.split(","))):
+            if not isinstance(getattr(signal, name, None), signal.Signals):
+                _fail("preempt_signals", self.preempt_signals, "comma-separated signal names such as SIGTERM,SIGUSR1")
         if not self.run_dir:
             _fail("run_dir", self.run_dir, "a directory path")
         d = self.device

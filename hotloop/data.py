@@ -82,12 +82,22 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 class BatchSource:
-    """An epoch-indexed stream of batches. `length` is the batches per epoch, or None if unknown."""
+    """An epoch-indexed stream of batches. `length` is the batches per epoch, or None if unknown.
+
+    `epoch(e, skip=k)` starts epoch `e` after its first `k` batches: that, with `state_dict()` for
+    sources that carry their own RNG, is the resumable data position of a checkpoint.
+    """
 
     length: int | None = None
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
 
 
 class TensorSlices(BatchSource):
@@ -110,13 +120,13 @@ class TensorSlices(BatchSource):
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self.length = n // batch_size if drop_last else -(-n // batch_size)
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         if self.shuffle:
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             order = torch.randperm(self.n, generator=g)
         else:
             order = None
-        for i in range(self.length):
+        for i in range(skip, self.length):
             sl = slice(i * self.batch_size, (i + 1) * self.batch_size)
             if order is None:
                 yield tree_map(lambda t, sl=sl: t[sl], self.tensors)
@@ -128,18 +138,22 @@ class TensorSlices(BatchSource):
 class LoaderSource(BatchSource):
     """A DataLoader, with its sampler's epoch set every epoch (the classic DDP bug, fixed for everyone)."""
 
-    def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
+    def __init__(self, loader: DataLoader, seed: int | None = None) -> None:
+        self.loader, self.seed = loader, seed
         try:
             self.length = len(loader)
         except TypeError:
             self.length = None
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         for obj in (self.loader.sampler, getattr(self.loader, "batch_sampler", None)):
             if hasattr(obj, "set_epoch"):
                 obj.set_epoch(epoch)
-        return iter(self.loader)
+        if self.seed is not None and self.loader.generator is not None:
+            # Loaders hotloop builds draw each epoch's order from (seed, epoch): reproducible on resume.
+            self.loader.generator.manual_seed(self.seed * 1_000_003 + epoch)
+        # Resuming mid-epoch replays the skipped batches' indices (not their tensors' compute).
+        return itertools.islice(iter(self.loader), skip, None)
 
 
 class IterableSource(BatchSource):
@@ -150,8 +164,17 @@ class IterableSource(BatchSource):
         self.one_shot = iter(data) is data if not isinstance(data, (list, tuple)) else False
         self.length = len(data) if isinstance(data, (list, tuple)) else None
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
-        return iter(self.data)
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
+        if hasattr(self.data, "state_dict"):
+            return iter(self.data)  # a stateful sampler: its own state is the position
+        return itertools.islice(iter(self.data), skip, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.data.state_dict()} if hasattr(self.data, "state_dict") else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "sampler" in state and hasattr(self.data, "load_state_dict"):
+            self.data.load_state_dict(state["sampler"])
 
 
 def _tensor_collection(data: Any) -> tuple | dict | None:
@@ -202,7 +225,8 @@ def make_source(
         workers = default_workers(device) if num_workers is None else num_workers
         extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
         return LoaderSource(
-            DataLoader(
+            seed=seed,
+            loader=DataLoader(
                 data,
                 batch_size=batch_size,
                 shuffle=train,
@@ -211,7 +235,7 @@ def make_source(
                 pin_memory=device.type == "cuda",
                 generator=torch.Generator().manual_seed(seed),
                 **extra,
-            )
+            ),
         )
     if isinstance(data, IterableDataset):
         return LoaderSource(DataLoader(data, batch_size=batch_size, pin_memory=device.type == "cuda"))

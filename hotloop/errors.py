@@ -20,3 +20,11 @@ class DataError(HotloopError, ValueError):
 
 class LossError(HotloopError, TypeError):
     """The loss function (or the model acting as one) returned something unusable."""
+
+
+class Preempted(HotloopError):
+    """Training stopped on a signal after saving a checkpoint; `exit_code` is 128 + the signal number."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

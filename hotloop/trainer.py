@@ -13,7 +13,10 @@ are read with one transfer (`metrics.read_scalars`).
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +26,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from hotloop import checkpoint as ckpt_io
 from hotloop.callbacks import Callback
-from hotloop.checkpoint import atomic_save, checkpoint_path
 from hotloop.config import TrainConfig
 from hotloop.data import Batch, BatchSource, IterableSource, batch_size_of, make_source, to_device, windows
-from hotloop.errors import ConfigError, DataError
+from hotloop.errors import ConfigError, DataError, Preempted
 from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
 from hotloop.logging.console import Clock, make_console
 from hotloop.metrics import RunningSums, read_scalars
@@ -122,8 +125,8 @@ class Trainer:
             num_workers=cfg.num_workers,
         )
 
-    def _batches(self, source: BatchSource, epoch: int) -> Iterator[Batch]:
-        for batch in source.epoch(epoch):
+    def _batches(self, source: BatchSource, epoch: int, skip: int = 0) -> Iterator[Batch]:
+        for batch in source.epoch(epoch, skip):
             yield to_device(batch, self.device)
 
     def _planned_steps(self, source: BatchSource) -> int | None:
@@ -150,6 +153,8 @@ class Trainer:
                     "set max_steps (or schedule_steps)"
                 )
             self.scheduler = build_scheduler(self.optimizer, cfg, span or 1)
+        self._epoch_batches = 0
+        self._resume(source)
         step_fn = TrainStep(
             self.forward_model, self.loss_fn, self.optimizer, self.scheduler, self.precision, cfg.clip_grad
         )
@@ -165,13 +170,16 @@ class Trainer:
         self.model.train()
         for cb in self.callbacks:
             cb.on_fit_start(self)
+        self._train_source = source
+        restore_signals = self._install_signal_handlers()
         try:
             self._loop(step_fn, source, val_source)
             self._boundary(log=self._sums.count > 0, val_source=val_source)
-            self.save_checkpoint()
+            self._save()
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         finally:
+            restore_signals()
             self._loggers.close()
         return self
 
@@ -180,9 +188,11 @@ class Trainer:
         one_shot = isinstance(source, IterableSource) and source.one_shot
         while True:
             produced = False
-            for window in windows(self._batches(source, state.epoch), cfg.grad_accum):
+            skip, self._epoch_batches = self._epoch_batches, self._epoch_batches
+            for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum):
                 produced = True
                 out = step_fn(window)
+                self._epoch_batches += len(window)
                 self._last_lr = out.lr
                 self._sums.add({**out.metrics, "grad_norm": out.grad_norm})
                 state.step += 1
@@ -197,11 +207,20 @@ class Trainer:
                     cb.on_step_end(self, out)
                 if cfg.max_steps is not None and state.step >= cfg.max_steps:
                     return  # the final boundary (log + eval in one read) is fit's
-                log = state.step % cfg.log_every == 0 or (cfg.log_first_step and state.step == 1)
+                if self._signal is not None:
+                    self._preempt()
+                save = bool(cfg.ckpt_every) and state.step % cfg.ckpt_every == 0
+                log = save or state.step % cfg.log_every == 0 or (cfg.log_first_step and state.step == 1)
                 evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
                 if log or evaluate:
                     self._boundary(log=log, val_source=val_source if evaluate else None)
+                if save:
+                    self._save()
             if not produced:
+                if skip:  # resumed exactly at the end of an epoch
+                    self._epoch_batches = 0
+                    state.epoch += 1
+                    continue
                 if state.step == 0:
                     raise DataError(
                         "the training data yielded no batch: check that the dataset is not empty and that "
@@ -209,6 +228,7 @@ class Trainer:
                     )
                 return  # a one-shot iterator is exhausted
             state.epoch += 1
+            self._epoch_batches = 0
             if (cfg.epochs and state.epoch >= cfg.epochs) or one_shot or (not cfg.epochs and not cfg.max_steps):
                 return
 
@@ -250,8 +270,9 @@ class Trainer:
         self.model.eval()
         sums: dict[str, torch.Tensor] = {}
         seen = 0
+        devices = [self.device] if self.device.type == "cuda" else []
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):  # eval leaves training's RNG as it was
                 for i, batch in enumerate(self._batches(source, 0)):
                     if self.cfg.eval_batches and i >= self.cfg.eval_batches:
                         break
@@ -272,9 +293,11 @@ class Trainer:
         """Evaluate on `val_data` (`model.eval()` + `no_grad`); returns `val_loss` and the other `val_*` means."""
         return read_scalars(self._val_means(self._source(val_data, train=False)))  # sync: the result
 
-    # -- saving ------------------------------------------------------------------------------
+    # -- saving and resuming ------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The complete training state. Taken at a boundary, so no on-device accumulator is pending."""
+        source = getattr(self, "_train_source", None)
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -282,9 +305,110 @@ class Trainer:
             "precision": self.precision.state_dict(),
             "step": self.state.step,
             "epoch": self.state.epoch,
+            "samples": self.state.samples,
+            "tokens": self.state.tokens,
+            "data": {
+                "epoch": self.state.epoch,
+                "batches": getattr(self, "_epoch_batches", 0),
+                "seed": self.cfg.seed,
+                "source": source.state_dict() if source is not None else {},
+            },
+            "rng": ckpt_io.capture_rng(),
+            "history": list(self.history),
             "config": self.cfg.to_dict(),
         }
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Atomically write the full training state (at a boundary: nothing is pending on the device)."""
-        return atomic_save(self.state_dict(), path or checkpoint_path(self.run_dir, self.state.step))
+        """Commit the full training state to `path`, or as the run's checkpoint of the current step."""
+        if path is not None:
+            return ckpt_io.atomic_save(self.state_dict(), path)
+        return ckpt_io.save_checkpoint(self.state_dict(), self.run_dir, self.state.step, self.cfg.keep_last)
+
+    def _save(self) -> None:
+        try:
+            self.save_checkpoint()
+        except OSError as e:
+            last = ckpt_io.latest_valid(self.run_dir)
+            msg = (
+                f"could not write the checkpoint of step {self.state.step} to {self.run_dir / ckpt_io.CKPT_DIR}: "
+                f"{e.strerror or e}. The last good checkpoint is {last or 'none'}; free space or fix permissions, "
+                "then resume with resume=auto"
+            )
+            if self.cfg.on_save_error == "warn":
+                warnings.warn(msg, stacklevel=2)
+                return
+            raise ckpt_io.CheckpointError(msg) from None
+
+    def _resume(self, source: BatchSource) -> None:
+        spec = self.cfg.resume
+        if spec is None or (spec == "auto" and not ckpt_io.committed(self.run_dir)):
+            return  # resume=auto starts fresh when there is nothing to resume
+        path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
+        state = ckpt_io.load_checkpoint(path, map_location=self.device)
+        self._check_compatible(state.get("config", {}), path)
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ckpt_io.CheckpointError(
+                f"checkpoint {path} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
+            ) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler"):
+            # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
+            sched = {k: v for k, v in state["scheduler"].items() if k != "lr_lambdas"}
+            self.scheduler.load_state_dict(sched)
+        self.precision.load_state_dict(state["precision"])
+        st = self.state
+        st.step, st.epoch = state["step"], state["epoch"]
+        st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
+        self._epoch_batches = state["data"]["batches"]
+        source.load_state_dict(state["data"].get("source", {}))
+        ckpt_io.restore_rng(state["rng"])
+        self.history = list(state.get("history", []))
+        print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
+
+    MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "seed")
+
+    def _check_compatible(self, old: dict[str, Any], path: Path) -> None:
+        new = self.cfg.to_dict()
+        changed = [f"{k}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
+        if changed:
+            warnings.warn(
+                f"resuming {path} with a config that changes the math ({'; '.join(changed)}): the run will not "
+                "equal an uninterrupted one",
+                stacklevel=3,
+            )
+
+    # -- preemption --------------------------------------------------------------------------
+
+    _signal: int | None = None
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        """The handler only sets a flag; the loop saves at the next step boundary (never mid-backward)."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        names = [n.strip() for n in self.cfg.preempt_signals.split(",") if n.strip()]
+        previous = {}
+        for name in names:
+            sig = getattr(signal, name)
+            previous[sig] = signal.signal(sig, self._on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signal = signum
+
+    def _preempt(self) -> None:
+        signum = self._signal
+        self._boundary(log=self._sums.count > 0, val_source=None)
+        self._save()
+        name = signal.Signals(signum).name
+        raise Preempted(
+            f"received {name}: saved the checkpoint of step {self.state.step} in {self.run_dir / ckpt_io.CKPT_DIR}; "
+            "run the same command with resume=auto to continue",
+            128 + signum,
+        )

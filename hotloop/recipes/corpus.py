@@ -88,6 +88,13 @@ class RandomWindows:
         self.generator = torch.Generator().manual_seed(seed)
         self.offsets = torch.arange(block_size + 1)
 
+    def state_dict(self) -> dict:
+        """The sampler's position: its generator state (checkpointed for exact resume)."""
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         high = len(self.data) - self.block_size - 1
         while True:

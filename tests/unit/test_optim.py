@@ -23,12 +23,11 @@ def test_decay_groups_on_a_small_transformer():
     model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=16, block_size=8))
     groups = param_groups(model, weight_decay=0.1)
     decay, no_decay = _names(groups, True), _names(groups, False)
-    assert decay == {
-        n for n, p in model.named_parameters() if n.endswith("weight") and ("qkv" in n or "proj" in n or "fc" in n)
-    }
+    linear = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    assert decay == {f"{n}.weight" for n in linear}
     assert {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias", "blocks.0.ln1.weight"} <= no_decay
     assert all(n in no_decay for n, _ in model.named_parameters() if n.endswith("bias"))
-    # every trainable parameter is in exactly one group (the tied head weight once, as wte)
+    # every trainable parameter is in exactly one group
     assert sum(len(g["params"]) for g in groups) == len(list(model.parameters()))
 
 
