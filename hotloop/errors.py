@@ -22,9 +22,14 @@ class LossError(HotloopError, TypeError):
     """The loss function (or the model acting as one) returned something unusable."""
 
 
-class Preempted(HotloopError):
-    """Training stopped on a signal after saving a checkpoint; `exit_code` is 128 + the signal number."""
+class Preempted(SystemExit):
+    """Training stopped on a signal after saving a checkpoint.
+
+    A `SystemExit` whose code is 128 + the signal number (143 for SIGTERM), the shell's convention, so
+    a script that does not catch it exits with that code and no traceback; schedulers read it as
+    "preempted, relaunch". The message is printed to stderr before it is raised.
+    """
 
     def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(exit_code)
+        self.message = message

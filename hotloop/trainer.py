@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -355,7 +356,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
             # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
-            sched = {k: v for k, v in state["scheduler"].items() if k != "lr_lambdas"}
+            sched = dict(state["scheduler"], lr_lambdas=[None] * len(self.scheduler.lr_lambdas))
             self.scheduler.load_state_dict(sched)
         self.precision.load_state_dict(state["precision"])
         st = self.state
@@ -407,8 +408,9 @@ class Trainer:
         self._boundary(log=self._sums.count > 0, val_source=None)
         self._save()
         name = signal.Signals(signum).name
-        raise Preempted(
-            f"received {name}: saved the checkpoint of step {self.state.step} in {self.run_dir / ckpt_io.CKPT_DIR}; "
-            "run the same command with resume=auto to continue",
-            128 + signum,
+        msg = (
+            f"hotloop: received {name}: saved the checkpoint of step {self.state.step} in "
+            f"{self.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"
         )
+        print(msg, file=sys.stderr, flush=True)
+        raise Preempted(msg, 128 + signum)

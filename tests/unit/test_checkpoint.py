@@ -1,0 +1,218 @@
+"""Checkpoints: commit protocol under injected crashes, corrupt-file fallback, ENOSPC, bit-exact resume.
+
+Reference for resume: an uninterrupted run of the same config; weights and optimizer state compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+
+import pytest
+import torch
+from torch import nn
+
+from hotloop import TrainConfig, Trainer, load_checkpoint
+from hotloop import checkpoint as ck
+
+from .helpers import regression_data
+
+
+class DropNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 1))
+
+    def forward(self, x, y):
+        return nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+
+def _cfg(tmp_path, **kw) -> TrainConfig:
+    base = dict(device="cpu", batch_size=8, grad_accum=3, lr=1e-2, schedule="warmup_cosine", warmup_steps=10,
+                schedule_steps=100, log_every=10, eval_every=20, run_dir=str(tmp_path), progress="off",
+                tensorboard=False, seed=7)  # fmt: skip
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+DATA = regression_data(200)  # 25 micro-batches an epoch: windows of 3,3,...,3,1 (9 steps an epoch)
+VAL = regression_data(32, seed=1)
+
+
+def _assert_same_state(a: Trainer, b: Trainer) -> None:
+    assert a.state.step == b.state.step
+    for (n, p), q in zip(a.model.named_parameters(), b.model.parameters(), strict=True):
+        assert torch.equal(p, q), n
+    sa, sb = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    for k in sa:
+        for name in sa[k]:
+            assert torch.equal(sa[k][name], sb[k][name]), (k, name)
+
+
+@pytest.fixture(scope="module")
+def init_model():
+    torch.manual_seed(3)
+    return DropNet()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(init_model, tmp_path_factory):
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path_factory.mktemp("full"), max_steps=100))
+    t.fit(DATA, VAL)
+    return t
+
+
+def _interrupted(init_model, tmp_path, trainer_cls=Trainer, stop=37):
+    first = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=stop))
+    first.fit(DATA, VAL)
+    assert first.state.step == stop
+    resumed = trainer_cls(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=100, resume="auto"))
+    resumed.fit(DATA, VAL)
+    return resumed
+
+
+@pytest.mark.parametrize("stop", [37, 45, 9])  # mid-epoch inside windows, mid-epoch, exactly at an epoch's end
+def test_resume_is_bit_exact(init_model, uninterrupted, tmp_path, stop):
+    resumed = _interrupted(init_model, tmp_path, stop=stop)
+    assert resumed.state.step == 100
+    _assert_same_state(resumed, uninterrupted)
+
+
+class ForgetsDataPosition(Trainer):
+    def _resume(self, source):
+        super()._resume(source)
+        self._epoch_batches = 0
+
+
+class ForgetsRNG(Trainer):
+    def _resume(self, source):
+        super()._resume(source)
+        torch.manual_seed(1234)
+
+
+@pytest.mark.parametrize("broken", [ForgetsDataPosition, ForgetsRNG])
+def test_negative_controls_fail_without_data_position_or_rng(init_model, uninterrupted, tmp_path, broken):
+    resumed = _interrupted(init_model, tmp_path, trainer_cls=broken)
+    assert resumed.state.step == 100
+    with pytest.raises(AssertionError):
+        _assert_same_state(resumed, uninterrupted)
+
+
+def test_resume_auto_starts_fresh_without_checkpoint(init_model, tmp_path):
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=3, resume="auto"))
+    t.fit(DATA)
+    assert t.state.step == 3
+
+
+def _run_with_ckpts(init_model, tmp_path, steps=8, **kw):
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=steps, ckpt_every=2, keep_last=3, **kw))
+    t.fit(DATA)
+    return t
+
+
+def test_keep_last_and_manifests(init_model, tmp_path):
+    _run_with_ckpts(init_model, tmp_path)
+    assert [f.step for f in ck.committed(tmp_path)] == [4, 6, 8]
+    assert all(ck.verify(f.path) is None for f in ck.committed(tmp_path))
+    assert load_checkpoint(tmp_path)["step"] == 8
+    assert {"model", "optimizer", "step", "rng", "data", "scheduler", "precision", "history", "config"} <= set(
+        load_checkpoint(tmp_path / "checkpoints" / "step_00000006.pt")
+    )
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero", "flip", "no-manifest"])
+def test_corrupt_newest_falls_back_with_a_warning(init_model, tmp_path, damage):
+    _run_with_ckpts(init_model, tmp_path)
+    newest = ck.checkpoint_path(tmp_path, 8)
+    data = newest.read_bytes()
+    if damage == "truncate":
+        newest.write_bytes(data[: len(data) // 2])
+    elif damage == "zero":
+        newest.write_bytes(b"")
+    elif damage == "flip":
+        newest.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    else:
+        newest.with_suffix(".json").unlink()
+    if damage != "no-manifest":
+        with pytest.warns(UserWarning, match=r"step_00000008\.pt"):
+            assert ck.latest_valid(tmp_path) == ck.checkpoint_path(tmp_path, 6)
+        with pytest.raises(ck.CheckpointError, match="resume_strict"):
+            ck.latest_valid(tmp_path, strict=True)
+    with pytest.warns(UserWarning) if damage != "no-manifest" else _nullwarn():
+        t = Trainer(DropNet(), _cfg(tmp_path, max_steps=9, resume="auto", ckpt_every=2))
+        t.fit(DATA)
+    assert t.history and t.state.step == 9
+
+
+class _nullwarn:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+class Boom(Exception):
+    pass
+
+
+def test_crash_mid_file_keeps_previous(init_model, tmp_path, monkeypatch):
+    t = _run_with_ckpts(init_model, tmp_path, steps=4)
+
+    def torn_save(obj, f):
+        f.write(b"partial bytes")
+        raise Boom
+
+    monkeypatch.setattr(ck.torch, "save", torn_save)
+    t.state.step = 6
+    with pytest.raises(Boom):
+        t.save_checkpoint()
+    assert ck.latest_valid(tmp_path) == ck.checkpoint_path(tmp_path, 4)
+    assert not list((tmp_path / "checkpoints").glob(".step_*.tmp")), "the temporary file is removed"
+
+
+def test_crash_before_manifest_keeps_previous(init_model, tmp_path, monkeypatch):
+    t = _run_with_ckpts(init_model, tmp_path, steps=4)
+    real = ck._atomic_write
+
+    def no_manifest(path, write):
+        if path.suffix == ".json":
+            raise Boom
+        return real(path, write)
+
+    monkeypatch.setattr(ck, "_atomic_write", no_manifest)
+    t.state.step = 6
+    with pytest.raises(Boom):
+        t.save_checkpoint()
+    assert ck.checkpoint_path(tmp_path, 6).exists()  # the state is there, but uncommitted
+    assert ck.latest_valid(tmp_path) == ck.checkpoint_path(tmp_path, 4)
+    assert load_checkpoint(tmp_path)["step"] == 4
+
+
+def test_crash_during_purge_keeps_newest(init_model, tmp_path, monkeypatch):
+    t = _run_with_ckpts(init_model, tmp_path, steps=6)  # 2, 4, 6 committed
+    monkeypatch.setattr(ck, "purge", lambda *a, **k: (_ for _ in ()).throw(Boom()))
+    t.state.step = 8
+    with pytest.raises(Boom):
+        t.save_checkpoint()
+    assert ck.latest_valid(tmp_path) == ck.checkpoint_path(tmp_path, 8)
+    assert [f.step for f in ck.committed(tmp_path)] == [2, 4, 6, 8]  # nothing deleted before the commit
+
+
+def test_disk_full_stops_cleanly_and_keeps_last_good(init_model, tmp_path, monkeypatch):
+    real_save = torch.save
+    calls = {"n": 0}
+
+    def full_disk(obj, f):
+        calls["n"] += 1
+        if calls["n"] >= 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f)
+
+    monkeypatch.setattr(ck.torch, "save", full_disk)
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=10, ckpt_every=2))
+    with pytest.raises(ck.CheckpointError, match=r"No space left on device.*step_00000002\.pt.*resume=auto"):
+        t.fit(DATA)
+    assert t.state.step == 4
+    monkeypatch.setattr(ck.torch, "save", real_save)
+    assert load_checkpoint(tmp_path)["step"] == 2
