@@ -188,8 +188,10 @@ class Trainer:
         cfg, state = self.cfg, self.state
         one_shot = isinstance(source, IterableSource) and source.one_shot
         while True:
+            if cfg.max_steps is not None and state.step >= cfg.max_steps:
+                return  # e.g. resuming a run that already reached max_steps
             produced = False
-            skip, self._epoch_batches = self._epoch_batches, self._epoch_batches
+            skip = self._epoch_batches  # > 0 only when resuming mid-epoch
             for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum):
                 produced = True
                 out = step_fn(window)

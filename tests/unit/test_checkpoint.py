@@ -216,3 +216,10 @@ def test_disk_full_stops_cleanly_and_keeps_last_good(init_model, tmp_path, monke
     assert t.state.step == 4
     monkeypatch.setattr(ck.torch, "save", real_save)
     assert load_checkpoint(tmp_path)["step"] == 2
+
+
+def test_resuming_a_finished_run_takes_no_extra_step(init_model, tmp_path):
+    _run_with_ckpts(init_model, tmp_path, steps=4)
+    again = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=4, ckpt_every=2, resume="auto"))
+    again.fit(DATA)
+    assert again.state.step == 4
