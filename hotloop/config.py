@@ -148,6 +148,20 @@ class TrainConfig:
     """When a checkpoint cannot be written (disk full, permission): `stop` the run cleanly, or `warn` and go on."""
     preempt_signals: str = "SIGTERM,SIGUSR1"
     """Signals that save a checkpoint at the next step boundary and exit with 128 + signal number."""
+    nonfinite: str = "skip"
+    """Non-finite loss/gradient: `skip` the update on the device, `rollback` to the last checkpoint, or `raise`."""
+    spike_factor: float | None = 3.0
+    """Roll back when a logged loss exceeds this multiple of the EMA of earlier logged losses; None: off."""
+    lr_backoff: float = 0.5
+    """LR multiplier applied at each rollback."""
+    max_rollbacks: int = 3
+    """Rollbacks allowed before training stops with an error."""
+    num_classes: int | None = None
+    """Classes of the loss, for the initial-loss check against ln(C) (recipes set it); None: no check."""
+    overfit_batches: int | None = None
+    """Train repeatedly on the first N batches (the overfit-a-tiny-subset check); None: off."""
+    debug_anomaly: bool = False
+    """Name the first module that produces a non-finite gradient (debug: syncs every step)."""
     run_dir: str = "runs/hotloop"
     """Where config.yaml, metrics.jsonl, checkpoints and TensorBoard events go."""
     seed: int = 0
@@ -209,6 +223,16 @@ class TrainConfig:
         for name in filter(None, (n.strip() for n in self.preempt_signals.split(","))):
             if not isinstance(getattr(signal, name, None), signal.Signals):
                 _fail("preempt_signals", self.preempt_signals, "comma-separated signal names such as SIGTERM,SIGUSR1")
+        if self.nonfinite not in ("skip", "rollback", "raise"):
+            _fail("nonfinite", self.nonfinite, "skip, rollback, raise")
+        if self.spike_factor is not None and self.spike_factor <= 1.0:
+            _fail("spike_factor", self.spike_factor, "a number > 1 or null")
+        if not 0.0 < self.lr_backoff <= 1.0:
+            _fail("lr_backoff", self.lr_backoff, "a float in (0, 1]")
+        _positive("max_rollbacks", self.max_rollbacks, zero=True)
+        if self.num_classes is not None and self.num_classes < 2:
+            _fail("num_classes", self.num_classes, "an integer >= 2 or null")
+        _positive("overfit_batches", self.overfit_batches, optional=True)
         if not self.run_dir:
             _fail("run_dir", self.run_dir, "a directory path")
         d = self.device

@@ -177,6 +177,19 @@ class IterableSource(BatchSource):
             self.data.load_state_dict(state["sampler"])
 
 
+class OverfitSource(BatchSource):
+    """The first `n` batches of `inner`, as every epoch (the overfit-a-tiny-subset check)."""
+
+    def __init__(self, inner: BatchSource, n: int) -> None:
+        self.batches = list(itertools.islice(inner.epoch(0), n))
+        if not self.batches:
+            raise DataError("overfit_batches: the training data yielded no batch")
+        self.length = len(self.batches)
+
+    def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
+        return iter(self.batches[skip:])
+
+
 def _tensor_collection(data: Any) -> tuple | dict | None:
     if isinstance(data, TensorDataset):
         return tuple(data.tensors)

@@ -9,6 +9,8 @@ ints kept on the host, so dividing a sum by its count needs no device read eithe
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -37,11 +39,21 @@ class RunningSums:
         self.count = 0
 
 
-def read_scalars(values: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Read every scalar tensor in `values` with a single host transfer."""
+def read_scalars(values: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Read every tensor in `values` with a single host transfer.
+
+    Scalars come back as floats, vectors (e.g. per-step flags) as lists of floats.
+    """
     if not values:
         return {}
     keys = list(values)
     device = values[keys[0]].device
-    stacked = torch.stack([values[k].detach().float().reshape(()).to(device) for k in keys])
-    return dict(zip(keys, stacked.tolist(), strict=True))  # sync: the one read of a boundary
+    flat = [values[k].detach().float().reshape(-1).to(device) for k in keys]
+    numbers = torch.cat(flat).tolist()  # sync: the one read of a boundary
+    out: dict[str, Any] = {}
+    i = 0
+    for k, t in zip(keys, flat, strict=True):
+        n = t.numel()
+        out[k] = numbers[i] if values[k].dim() == 0 else numbers[i : i + n]
+        i += n
+    return out

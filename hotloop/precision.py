@@ -28,6 +28,8 @@ class Precision:
 
     name = "fp32"
     dtype: torch.dtype | None = None
+    handles_nonfinite = False
+    """True when `step` already skips updates with inf/NaN gradients (the GradScaler does)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -66,6 +68,7 @@ class FP16(Precision):
 
     name = "fp16"
     dtype = torch.float16
+    handles_nonfinite = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)

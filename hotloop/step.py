@@ -22,6 +22,7 @@ from torch import nn
 
 from hotloop.data import Batch
 from hotloop.errors import LossError
+from hotloop.guard import nonfinite_flag, step_skipping
 from hotloop.precision import Precision
 
 LossFn = Callable[[nn.Module, Batch], Any]
@@ -80,6 +81,8 @@ class StepOutput:
     """Samples in the window (host int from shapes)."""
     lr: float
     """Base LR this step trained with (a Python float; LLRD groups scale it)."""
+    nonfinite: torch.Tensor
+    """On-device bool: the loss or gradients were not finite (the update was skipped if so configured)."""
 
 
 class TrainStep:
@@ -98,6 +101,8 @@ class TrainStep:
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.precision, self.clip_grad, self.no_sync = precision, clip_grad, no_sync
+        self.inspect_grads: Callable[[], None] | None = None
+        """Called once with true gradients in place (after unscale, before clipping), then cleared."""
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
         from hotloop.data import batch_size_of as default_bs
 
@@ -118,12 +123,19 @@ class TrainStep:
                 sums[k] = sums[k] + v if k in sums else v
             samples += self.batch_size_of(batch)
         self.precision.unscale_(self.optimizer)
+        if self.inspect_grads is not None:
+            self.inspect_grads()
+            self.inspect_grads = None
         norm = grad_norm(self.params)
+        bad = nonfinite_flag(sums["loss"], norm, self.precision.handles_nonfinite)
         if self.clip_grad is not None:
             torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
         group = self.optimizer.param_groups[-1]
         lr = group["lr"] / group.get("lr_scale", 1.0)
-        self.precision.step(self.optimizer)
+        if not self.precision.handles_nonfinite:  # a bad update never reaches the weights, whatever the policy
+            step_skipping(self.optimizer, bad)
+        else:
+            self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples, lr)
+        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples, lr, bad)

@@ -28,9 +28,19 @@ import torch
 from torch import nn
 
 from hotloop import checkpoint as ckpt_io
+from hotloop import guard
 from hotloop.callbacks import Callback
 from hotloop.config import TrainConfig
-from hotloop.data import Batch, BatchSource, IterableSource, batch_size_of, make_source, to_device, windows
+from hotloop.data import (
+    Batch,
+    BatchSource,
+    IterableSource,
+    OverfitSource,
+    batch_size_of,
+    make_source,
+    to_device,
+    windows,
+)
 from hotloop.errors import ConfigError, DataError, Preempted
 from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
 from hotloop.logging.console import Clock, make_console
@@ -111,6 +121,10 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         """Every row written to metrics.jsonl by this trainer, in order."""
         self.run_dir = Path(cfg.run_dir)
+        self.guard_state = guard.GuardState()
+        self._spikes = guard.SpikeDetector(cfg.spike_factor, self.guard_state)
+        if cfg.debug_anomaly:
+            guard.install_anomaly_hooks(model)
 
     # -- data --------------------------------------------------------------------------------
 
@@ -144,6 +158,8 @@ class Trainer:
         """Train until `max_steps` optimizer steps or `epochs` passes, whichever comes first."""
         cfg = self.cfg
         source = self._source(train_data, train=True)
+        if cfg.overfit_batches:
+            source = OverfitSource(source, cfg.overfit_batches)
         val_source = self._source(val_data, train=False) if val_data is not None else None
         planned = self._planned_steps(source)
         if self.scheduler is None:
@@ -157,8 +173,18 @@ class Trainer:
         self._epoch_batches = 0
         self._resume(source)
         step_fn = TrainStep(
-            self.forward_model, self.loss_fn, self.optimizer, self.scheduler, self.precision, cfg.clip_grad
+            self.forward_model,
+            self.loss_fn,
+            self.optimizer,
+            self.scheduler,
+            self.precision,
+            cfg.clip_grad,
         )
+        if self.state.step == 0:
+            step_fn.inspect_grads = self._probe_grad_health
+        self._probes: dict[str, torch.Tensor] = {}
+        self._flags: list[torch.Tensor] = []
+        self._interval_start = self.state.step
         self.run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save(self.run_dir / "config.yaml")
         console = make_console(cfg.progress, planned)
@@ -198,6 +224,9 @@ class Trainer:
                 self._epoch_batches += len(window)
                 self._last_lr = out.lr
                 self._sums.add({**out.metrics, "grad_norm": out.grad_norm})
+                self._flags.append(out.nonfinite)
+                if state.step == 0:
+                    self._probes["initial_loss"] = out.metrics["loss"]
                 state.step += 1
                 state.samples += out.samples
                 self._interval_samples += out.samples
@@ -239,11 +268,16 @@ class Trainer:
         """Read every pending metric with one host transfer, then write the row everywhere."""
         elapsed, interval = self._clock.lap()
         pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
+        if log:
+            pending.update({f"_{k}": v for k, v in self._probes.items()})
+            if self._flags:
+                pending["_nonfinite"] = torch.stack(self._flags)
         if val_source is not None:
             pending.update(self._val_means(val_source))
         if not pending:
             return
         values = read_scalars(pending)  # sync: log/eval boundary
+        probes = {k[1:]: values.pop(k) for k in list(values) if k.startswith("_")}
         row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
         if log:
             row.update({k: values[k] for k in self._sums.sums})
@@ -254,7 +288,14 @@ class Trainer:
         val = {k: v for k, v in values.items() if k.startswith("val_")}
         row.update(val)
         row["elapsed_s"] = round(elapsed, 3)
+        bad_steps = [self._interval_start + 1 + i for i, f in enumerate(probes.pop("nonfinite", [])) if f]
+        if bad_steps:
+            row["nonfinite_steps"] = bad_steps
+        if "initial_loss" in probes:
+            row["initial_loss"] = probes["initial_loss"]
         self._sums.reset()
+        self._flags = []
+        self._interval_start = self.state.step
         self._interval_samples = self._interval_tokens = 0
         self._clock.last = time.perf_counter()  # evaluation time does not count as training time
         self.history.append(row)
@@ -264,6 +305,71 @@ class Trainer:
                 cb.on_log(self, row)
             if val:
                 cb.on_validation_end(self, val)
+        if log:
+            self._after_read(row, probes, bad_steps)
+
+    # -- guardrails (decided at boundaries, on values already read) ----------------------------
+
+    def _probe_grad_health(self) -> None:
+        missing, names, flags = guard.grad_health_probe(list(self.model.named_parameters()))
+        self._health = (missing, names)
+        if flags is not None:
+            self._probes["zero_grad"] = flags
+
+    def _after_read(self, row: dict[str, Any], probes: dict[str, Any], bad_steps: list[int]) -> None:
+        cfg = self.cfg
+        if "initial_loss" in probes:
+            self._probes.clear()
+            if cfg.num_classes and (msg := guard.check_initial_loss(probes["initial_loss"], cfg.num_classes)):
+                guard.warn(msg)
+            missing, names = getattr(self, "_health", ([], []))
+            zero = [n for n, z in zip(names, probes.get("zero_grad", []), strict=False) if z]
+            if msg := guard.grad_health_warning(missing, zero):
+                guard.warn(msg)
+        if bad_steps:
+            self.guard_state.nonfinite_steps.extend(bad_steps)
+            what = f"non-finite loss or gradients at steps {bad_steps}"
+            if cfg.nonfinite == "raise":
+                raise guard.GuardError(what + " (nonfinite=raise); try a lower lr, clip_grad, or precision=bf16")
+            if cfg.nonfinite == "rollback":
+                self._rollback(what)
+                return
+            guard.warn(what + ": those updates were skipped (nonfinite=skip)")
+        if "loss" in row and self._spikes.is_spike(row["loss"]):
+            self._rollback(f"loss spike: {row['loss']:.4g} > {cfg.spike_factor} x EMA {self.guard_state.ema:.4g}")
+
+    def _rollback(self, reason: str) -> None:
+        """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
+        cfg, gs = self.cfg, self.guard_state
+        path = ckpt_io.latest_valid(self.run_dir)
+        if path is None:
+            guard.warn(f"{reason}: no checkpoint to roll back to (set ckpt_every); training continues")
+            return
+        if gs.rollbacks >= cfg.max_rollbacks:
+            raise guard.GuardError(
+                f"{reason}; already rolled back {gs.rollbacks} time(s) (max_rollbacks={cfg.max_rollbacks}): "
+                "lower lr, raise warmup_steps or clip_grad, or inspect the data around these steps"
+            )
+        state = ckpt_io.load_checkpoint(path, map_location=self.device)
+        from_step = self.state.step
+        self._load_training_state(state)
+        self.state.step = state["step"]  # the data position stays: the window that caused it is skipped
+        gs.rollbacks += 1
+        gs.lr_scale *= cfg.lr_backoff
+        self._apply_lr_scale()
+        self._interval_start = self.state.step
+        row = {"step": self.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
+               "checkpoint": str(path), "lr_scale": gs.lr_scale}  # fmt: skip
+        self.history.append(row)
+        self._loggers.log(row)
+
+    def _apply_lr_scale(self) -> None:
+        sched = self.scheduler
+        if sched is None:
+            return
+        sched.base_lrs = [g["initial_lr"] * self.guard_state.lr_scale for g in self.optimizer.param_groups]
+        for g, base, fn in zip(self.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True):
+            g["lr"] = base * fn(sched.last_epoch)
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -318,6 +424,7 @@ class Trainer:
             },
             "rng": ckpt_io.capture_rng(),
             "history": list(self.history),
+            "guard": self.guard_state.state_dict(),
             "config": self.cfg.to_dict(),
         }
 
@@ -349,18 +456,9 @@ class Trainer:
         path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
         state = ckpt_io.load_checkpoint(path, map_location=self.device)
         self._check_compatible(state.get("config", {}), path)
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as e:
-            raise ckpt_io.CheckpointError(
-                f"checkpoint {path} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
-            ) from None
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler"):
-            # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
-            sched = dict(state["scheduler"], lr_lambdas=[None] * len(self.scheduler.lr_lambdas))
-            self.scheduler.load_state_dict(sched)
-        self.precision.load_state_dict(state["precision"])
+        self._load_training_state(state, path)
+        self.guard_state.load_state_dict(state.get("guard", {}))
+        self._apply_lr_scale()
         st = self.state
         st.step, st.epoch = state["step"], state["epoch"]
         st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
@@ -369,6 +467,21 @@ class Trainer:
         ckpt_io.restore_rng(state["rng"])
         self.history = list(state.get("history", []))
         print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
+
+    def _load_training_state(self, state: dict[str, Any], path: Path | None = None) -> None:
+        """Model, optimizer, schedule position and precision state from a checkpoint dict."""
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ckpt_io.CheckpointError(
+                f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
+            ) from None
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler"):
+            # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
+            sched = dict(state["scheduler"], lr_lambdas=[None] * len(self.scheduler.lr_lambdas))
+            self.scheduler.load_state_dict(sched)
+        self.precision.load_state_dict(state["precision"])
 
     MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "seed")
 

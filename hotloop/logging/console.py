@@ -19,6 +19,8 @@ def _fmt_time(seconds: float) -> str:
 
 
 def format_row(row: dict[str, Any], total: int | None) -> str:
+    if "event" in row:
+        return f"step {row['step']} | {row['event']}: {row.get('reason', '')}"
     step = f"step {row['step']}" + (f"/{total}" if total else "")
     parts = [step]
     for key, fmt in (("loss", ".4f"), ("val_loss", ".4f"), ("lr", ".2e"), ("grad_norm", ".3f")):
@@ -62,7 +64,9 @@ class Console:
         if self.mode == "off":
             return
         line = format_row(row, self.total)
-        if self.progress is not None:
+        if self.progress is not None and "event" in row:
+            self.progress.console.print(line, markup=False, highlight=False)
+        elif self.progress is not None:
             info = line.split(" | ", 1)[1] if " | " in line else ""
             self.progress.update(self.task, completed=row["step"], info=info)
         else:

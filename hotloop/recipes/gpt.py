@@ -35,6 +35,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "eval_every": 200,
     "eval_batches": 16,
     "ckpt_every": 200,
+    "num_classes": 256,
     "run_dir": "runs/gpt",
     "gpt": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0},
 }

@@ -82,3 +82,14 @@ def test_tensorboard_events_when_installed(run):
     pytest.importorskip("tensorboard")
     run_dir, _ = run
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_overfit_one_batch_drives_the_loss_below_a_tenth(tmp_path):
+    """The seeds' overfit-a-tiny-subset check on the gpt recipe (a smaller model keeps it quick)."""
+    args = ["gpt.n_layer=2", "gpt.n_embd=64", "gpt.n_head=2", "gpt.block_size=64", "batch_size=8", "eval_every=0",
+            "overfit_batches=1", "max_steps=250", "log_every=25", "lr=3e-3", "run_dir=r"]  # fmt: skip
+    res = hotloop("fit", *args, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in rows if "loss" in r]
+    assert losses[-1] < 0.1 * rows[0]["initial_loss"], losses

@@ -223,3 +223,19 @@ def test_resuming_a_finished_run_takes_no_extra_step(init_model, tmp_path):
     again = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=4, ckpt_every=2, resume="auto"))
     again.fit(DATA)
     assert again.state.step == 4
+
+
+def test_config_change_that_alters_the_math_is_reported(init_model, tmp_path):
+    _run_with_ckpts(init_model, tmp_path, steps=4)
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=6, batch_size=4, resume="auto"))
+    with pytest.warns(UserWarning, match=r"changes the math \(batch_size: 8 -> 4\)"):
+        t.fit(DATA)
+
+
+def test_resume_into_a_different_model_is_a_clear_error(init_model, tmp_path):
+    _run_with_ckpts(init_model, tmp_path, steps=4)
+    other = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    t = Trainer(other, _cfg(tmp_path, max_steps=6, resume="auto"),
+                loss_fn=lambda m, b: (m(b[0]).squeeze(-1) - b[1]).pow(2).mean())  # fmt: skip
+    with pytest.raises(ck.CheckpointError, match="does not fit this model"):
+        t.fit(DATA)
