@@ -12,6 +12,8 @@ are read with one transfer (`metrics.read_scalars`).
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import signal
 import sys
@@ -121,6 +123,8 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         """Every row written to metrics.jsonl by this trainer, in order."""
         self.run_dir = Path(cfg.run_dir)
+        if cfg.num_classes is None and getattr(self.loss_fn, "num_classes", None):
+            cfg = self.cfg = cfg.replace(num_classes=self.loss_fn.num_classes)  # the loss function knows C
         self.guard_state = guard.GuardState()
         self._spikes = guard.SpikeDetector(cfg.spike_factor, self.guard_state)
         if cfg.debug_anomaly:
@@ -466,7 +470,24 @@ class Trainer:
         source.load_state_dict(state["data"].get("source", {}))
         ckpt_io.restore_rng(state["rng"])
         self.history = list(state.get("history", []))
+        self._truncate_metrics(st.step)
         print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop metrics.jsonl rows logged after the checkpoint we resume from: they will be logged again."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.is_file():
+            return
+        keep = []
+        for line in path.read_text().splitlines():
+            try:
+                if json.loads(line).get("step", 0) <= step:
+                    keep.append(line)
+            except ValueError:
+                continue  # a line torn by a kill mid-write
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        os.replace(tmp, path)
 
     def _load_training_state(self, state: dict[str, Any], path: Path | None = None) -> None:
         """Model, optimizer, schedule position and precision state from a checkpoint dict."""

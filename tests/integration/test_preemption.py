@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -46,22 +47,26 @@ def _wait_for_training(run_dir: Path, proc: subprocess.Popen, timeout: float = 6
         time.sleep(0.02)
 
 
-def test_sigterm_saves_and_exits_143_then_resumes_exactly(tmp_path):
+def test_signals_save_and_exit_128_plus_signal_then_resume_exactly(tmp_path):
+    """SIGTERM, then SIGUSR1, each at a random moment; the third launch finishes the run."""
     ref = tmp_path / "ref"
-    assert subprocess.run(_cmd(ref, 300, 1000), capture_output=True).returncode == 0
+    assert subprocess.run(_cmd(ref, 400, 1000), capture_output=True).returncode == 0
     run = tmp_path / "run"
-    proc = subprocess.Popen(_cmd(run, 300, 1000), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_training(run, proc)
-    time.sleep(random.uniform(0.0, 0.3))
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    if proc.returncode == 0:  # the run finished before the signal landed: nothing to resume
-        return
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "received SIGTERM" in err and "resume=auto" in err and "Traceback" not in err
-    assert subprocess.run(_cmd(run, 300, 1000), capture_output=True).returncode == 0
-    assert load_checkpoint(run)["step"] == 300
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        proc = subprocess.Popen(_cmd(run, 400, 1000), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_for_training(run, proc)
+        time.sleep(random.uniform(0.0, 0.3))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode == 0:  # the run finished before the signal landed
+            break
+        assert proc.returncode == 128 + sig, err
+        assert f"received {sig.name}" in err and "resume=auto" in err and "Traceback" not in err
+    assert subprocess.run(_cmd(run, 400, 1000), capture_output=True).returncode == 0
+    assert load_checkpoint(run)["step"] == 400
     assert _same(_final_model(run), _final_model(ref))
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == sorted(steps), "rows logged after the checkpoint are dropped on resume, not duplicated"
 
 
 def test_sigkill_five_times_then_resume_is_bit_exact(tmp_path):

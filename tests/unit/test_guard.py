@@ -118,6 +118,17 @@ def test_initial_loss_check_warns_far_from_ln_c(tmp_path):
     assert abs(t.history[0]["initial_loss"] - math.log(10)) < 0.2 * math.log(10)
 
 
+def test_loss_function_can_declare_num_classes(tmp_path):
+    class CE:
+        num_classes = 10
+
+        def __call__(self, model, batch):
+            return model(*batch)
+
+    with pytest.warns(UserWarning, match=r"ln\(10\)"):
+        Trainer(Classifier(scale=200.0), _cfg(tmp_path, max_steps=2), loss_fn=CE()).fit(_class_data())
+
+
 class Unhealthy(nn.Module):
     def __init__(self) -> None:
         super().__init__()
