@@ -35,6 +35,22 @@ def format_row(row: dict[str, Any], total: int | None) -> str:
     return " | ".join(parts)
 
 
+def short_info(row: dict[str, Any]) -> str:
+    """The live bar's text: loss, lr and throughput only (the full row is in metrics.jsonl)."""
+    parts = []
+    if "loss" in row:
+        parts.append(f"loss {row['loss']:.4f}")
+    if "val_loss" in row:
+        parts.append(f"val {row['val_loss']:.4f}")
+    if "lr" in row:
+        parts.append(f"lr {row['lr']:.1e}")
+    if "tokens_per_s" in row:
+        parts.append(f"{row['tokens_per_s'] / 1e3:.1f}k tok/s")
+    elif "samples_per_s" in row:
+        parts.append(f"{row['samples_per_s']:.0f} samples/s")
+    return "  ".join(parts)
+
+
 class Console:
     """`mode`: rich, plain or off (`auto` is resolved by `make_console`)."""
 
@@ -47,7 +63,7 @@ class Console:
 
             self.progress = Progress(
                 TextColumn("[bold]step {task.completed}/{task.total}"),
-                BarColumn(),
+                BarColumn(bar_width=20),
                 TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
@@ -67,8 +83,7 @@ class Console:
         if self.progress is not None and "event" in row:
             self.progress.console.print(line, markup=False, highlight=False)
         elif self.progress is not None:
-            info = line.split(" | ", 1)[1] if " | " in line else ""
-            self.progress.update(self.task, completed=row["step"], info=info)
+            self.progress.update(self.task, completed=row["step"], info=short_info(row))
         else:
             print(line, flush=True)
 
