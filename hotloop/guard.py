@@ -58,6 +58,8 @@ def nonfinite_flag(loss: torch.Tensor, norm: torch.Tensor, grads_handled: bool) 
 def step_skipping(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> Any:
     """Run `optimizer.step` so that it has no effect where `bad` is true, without reading `bad`."""
     if optimizer.defaults.get("fused"):
+        # Known gap: fused SGD with momentum allocates its buffer uninitialised and fills it in the first
+        # step's kernel; if that very first step is skipped, the buffer stays uninitialised.
         optimizer.grad_scale, optimizer.found_inf = None, bad.float()
         try:
             optimizer.step()
