@@ -129,6 +129,23 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from hotloop.benchmarks import run_bench
+    from hotloop.benchmarks.variants import VARIANTS
+
+    variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
+    for v in variants or []:
+        if v not in VARIANTS:
+            raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("--device cuda but no CUDA device is available; use --device cpu")
+    run_bench(args.workload, args.device, variants, rounds=args.rounds, steps=args.steps, json_path=args.json)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotloop", description="A PyTorch training engine whose hot loop never waits on the host."
@@ -145,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     smp = sub.add_parser("sample", help="generate text from a saved gpt run")
     smp.add_argument("overrides", nargs="*", metavar="key=value")
     smp.set_defaults(func=_sample)
+    bench = sub.add_parser("bench", help="benchmark hotloop against plain PyTorch, Lightning and Accelerate")
+    bench.add_argument("--workload", choices=["mlp", "gpt", "cnn"], default="mlp")
+    bench.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    bench.add_argument("--variants", help="comma-separated subset of plain,hotloop,lightning,accelerate")
+    bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
+    bench.add_argument("--steps", type=int, help="measured steps per round (after warmup)")
+    bench.add_argument("--json", help="write the result rows to this JSON file")
+    bench.set_defaults(func=_bench)
     return parser
 
 

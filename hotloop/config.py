@@ -170,6 +170,11 @@ class TrainConfig:
     """auto (cuda if available, else cpu), cpu, cuda, cuda:N."""
     num_workers: int | None = None
     """DataLoader workers for map-style datasets; None: from the core count on CUDA, 0 on CPU."""
+    data_on_device: bool | str = "auto"
+    """Keep in-memory tensor datasets on the GPU (no host-to-device copy per step); auto: when they take
+    under 10% of free device memory."""
+    prefetch: bool = True
+    """On CUDA, copy the next batch on a side stream while the current step runs."""
     drop_last: bool = True
     """Drop the last partial training batch of an epoch (keeps shapes static)."""
     tensorboard: bool = True
@@ -239,6 +244,8 @@ class TrainConfig:
         if not (d in ("auto", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
             _fail("device", d, "auto, cpu, cuda, cuda:N")
         _positive("num_workers", self.num_workers, optional=True, zero=True)
+        if not isinstance(self.data_on_device, bool) and self.data_on_device != "auto":
+            _fail("data_on_device", self.data_on_device, "auto, true, false")
         if self.progress not in PROGRESS:
             _fail("progress", self.progress, ", ".join(PROGRESS))
 

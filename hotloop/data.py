@@ -119,11 +119,22 @@ class TensorSlices(BatchSource):
         self.tensors, self.n, self.batch_size = tensors, n, batch_size
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
         self.length = n // batch_size if drop_last else -(-n // batch_size)
+        self.device = leaves[0].device
+
+    def place(self, device: torch.device) -> None:
+        """Keep the dataset on `device` (once): a step then does no host-to-device copy at all."""
+        if device != self.device:
+            self.tensors = tree_map(lambda t: t.to(device), self.tensors)
+            self.device = device
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         if self.shuffle:
+            # The order is drawn on the CPU from (seed, epoch) - the same on every device, and resumable -
+            # then copied once per epoch, asynchronously from pinned memory, to where the data lives.
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             order = torch.randperm(self.n, generator=g)
+            if self.device.type == "cuda":
+                order = order.pin_memory().to(self.device, non_blocking=True)
         else:
             order = None
         for i in range(skip, self.length):
@@ -169,6 +180,11 @@ class IterableSource(BatchSource):
             return iter(self.data)  # a stateful sampler: its own state is the position
         return itertools.islice(iter(self.data), skip, None)
 
+    @property
+    def stateful(self) -> bool:
+        """The iterable carries its own RNG state (its position); looking ahead would move it."""
+        return hasattr(self.data, "state_dict")
+
     def state_dict(self) -> dict[str, Any]:
         return {"sampler": self.data.state_dict()} if hasattr(self.data, "state_dict") else {}
 
@@ -188,6 +204,62 @@ class OverfitSource(BatchSource):
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
         return iter(self.batches[skip:])
+
+
+def fits_on_device(source: BatchSource, device: torch.device, fraction: float = 0.1) -> bool:
+    """True for in-memory tensors that take less than `fraction` of the device's free memory."""
+    if not isinstance(source, TensorSlices) or device.type != "cuda":
+        return False
+    leaves: list[torch.Tensor] = []
+    tree_map(leaves.append, source.tensors)
+    size = sum(t.numel() * t.element_size() for t in leaves)
+    free, _ = torch.cuda.mem_get_info(device)
+    return size < fraction * free
+
+
+class CudaPrefetcher:
+    """Copy batch k+1 to the GPU on a side stream while step k runs.
+
+    The copy is issued on `self.stream` from pinned memory (`non_blocking`); before a batch is handed
+    out, the compute stream waits for the copy stream (an event wait on the device, not a host sync),
+    and each tensor is `record_stream`ed on the compute stream so the caching allocator does not reuse
+    its memory while kernels queued there still read it.
+    """
+
+    def __init__(self, batches: Iterator[Batch], device: torch.device) -> None:
+        self.batches, self.device = batches, device
+        self.stream = torch.cuda.Stream(device)
+        self.next: Batch | None = None
+        self.done = False
+        self._preload()
+
+    def _copy(self, t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == "cuda":
+            return t
+        src = t if t.is_pinned() else t.pin_memory()
+        return src.to(self.device, non_blocking=True)
+
+    def _preload(self) -> None:
+        try:
+            batch = next(self.batches)
+        except StopIteration:
+            self.done = True
+            return
+        with torch.cuda.stream(self.stream):
+            self.next = tree_map(self._copy, batch)
+
+    def __iter__(self) -> CudaPrefetcher:
+        return self
+
+    def __next__(self) -> Batch:
+        if self.done:
+            raise StopIteration
+        current = torch.cuda.current_stream(self.device)
+        current.wait_stream(self.stream)
+        batch = self.next
+        tree_map(lambda t: t.record_stream(current), batch)
+        self._preload()
+        return batch
 
 
 def _tensor_collection(data: Any) -> tuple | dict | None:

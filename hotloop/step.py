@@ -101,6 +101,8 @@ class TrainStep:
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.precision, self.clip_grad, self.no_sync = precision, clip_grad, no_sync
+        self.cudagraphs = False
+        """Set when the model is compiled with mode reduce-overhead (CUDA graphs)."""
         self.inspect_grads: Callable[[], None] | None = None
         """Called once with true gradients in place (after unscale, before clipping), then cleared."""
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -113,6 +115,9 @@ class TrainStep:
         sums: dict[str, torch.Tensor] = {}
         samples = 0
         for i, batch in enumerate(window):
+            if self.cudagraphs:
+                # CUDA graphs (compile="reduce-overhead") reuse output buffers; tell them a new step begins.
+                torch.compiler.cudagraph_mark_step_begin()
             skip_sync = self.no_sync is not None and i < n - 1
             with self.no_sync() if skip_sync else nullcontext():
                 with self.precision.autocast():

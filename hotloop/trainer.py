@@ -36,9 +36,12 @@ from hotloop.config import TrainConfig
 from hotloop.data import (
     Batch,
     BatchSource,
+    CudaPrefetcher,
     IterableSource,
     OverfitSource,
+    TensorSlices,
     batch_size_of,
+    fits_on_device,
     make_source,
     to_device,
     windows,
@@ -113,7 +116,7 @@ class Trainer:
         self.loss_fn = loss_fn or default_loss_fn
         self.callbacks = list(callbacks)
         self.batch_tokens = batch_tokens
-        mode = resolve_compile(cfg.compile, self.device)
+        self.compile_mode = mode = resolve_compile(cfg.compile, self.device)
         self.forward_model: nn.Module = (
             model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
         )
@@ -144,8 +147,22 @@ class Trainer:
             num_workers=cfg.num_workers,
         )
 
+    def _place(self, source: BatchSource) -> None:
+        """data_on_device: move in-memory tensor datasets to the GPU once, when asked or when they fit."""
+        want = self.cfg.data_on_device
+        if isinstance(source, TensorSlices) and self.device.type == "cuda":
+            if want is True or (want == "auto" and fits_on_device(source, self.device)):
+                source.place(self.device)
+
     def _batches(self, source: BatchSource, epoch: int, skip: int = 0) -> Iterator[Batch]:
-        for batch in source.epoch(epoch, skip):
+        batches = source.epoch(epoch, skip)
+        prefetch = self.cfg.prefetch and self.device.type == "cuda" and not getattr(source, "stateful", False)
+        if prefetch and not (isinstance(source, TensorSlices) and source.device == self.device):
+            # Looking one batch ahead is safe for the data position: positions count batches consumed by
+            # steps, and sources whose own RNG is their position (`stateful`) are not prefetched.
+            yield from CudaPrefetcher(batches, self.device)
+            return
+        for batch in batches:
             yield to_device(batch, self.device)
 
     def _planned_steps(self, source: BatchSource) -> int | None:
@@ -165,6 +182,9 @@ class Trainer:
         if cfg.overfit_batches:
             source = OverfitSource(source, cfg.overfit_batches)
         val_source = self._source(val_data, train=False) if val_data is not None else None
+        for src in (source, val_source):
+            if src is not None:
+                self._place(src)
         planned = self._planned_steps(source)
         if self.scheduler is None:
             span = cfg.schedule_steps or planned
@@ -184,6 +204,7 @@ class Trainer:
             self.precision,
             cfg.clip_grad,
         )
+        step_fn.cudagraphs = self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
         if self.state.step == 0:
             step_fn.inspect_grads = self._probe_grad_health
         self._probes: dict[str, torch.Tensor] = {}

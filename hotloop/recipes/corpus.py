@@ -80,13 +80,17 @@ def _as_tensor(data: np.ndarray) -> torch.Tensor:
 class RandomWindows:
     """Endless (x, y) batches of random `block_size` windows; y is x shifted by one byte."""
 
-    def __init__(self, data: np.ndarray, block_size: int, batch_size: int, seed: int) -> None:
+    def __init__(
+        self, data: np.ndarray, block_size: int, batch_size: int, seed: int, device: torch.device | None = None
+    ) -> None:
         if len(data) <= block_size + 1:
             raise ValueError(f"corpus of {len(data)} bytes is too short for block_size={block_size}")
-        self.data = _as_tensor(data)
+        self.device = device or torch.device("cpu")
+        # On a GPU the whole corpus (tens of MB) lives in device memory and windows are gathered there.
+        self.data = _as_tensor(data).to(self.device)
         self.block_size, self.batch_size = block_size, batch_size
-        self.generator = torch.Generator().manual_seed(seed)
-        self.offsets = torch.arange(block_size + 1)
+        self.generator = torch.Generator().manual_seed(seed)  # on the CPU: the same windows on every device
+        self.offsets = torch.arange(block_size + 1, device=self.device)
 
     def state_dict(self) -> dict:
         """The sampler's position: its generator state (checkpointed for exact resume)."""
@@ -99,6 +103,8 @@ class RandomWindows:
         high = len(self.data) - self.block_size - 1
         while True:
             starts = torch.randint(high, (self.batch_size,), generator=self.generator)
+            if self.device.type == "cuda":
+                starts = starts.pin_memory().to(self.device, non_blocking=True)
             w = self.data[starts[:, None] + self.offsets].long()
             yield w[:, :-1], w[:, 1:]
 

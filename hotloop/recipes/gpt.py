@@ -71,7 +71,8 @@ def build(cfg: TrainConfig) -> tuple[Trainer, RandomWindows, list]:
     g = cfg.gpt
     seed_everything(cfg.seed)  # the model's initialisation depends on the seed too
     trainer = Trainer(GPT(g), cfg, batch_tokens=tokens_in)
-    train_batches = RandomWindows(train, g.block_size, cfg.batch_size, seed=cfg.seed)
+    on_device = trainer.device if trainer.device.type == "cuda" and cfg.data_on_device is not False else None
+    train_batches = RandomWindows(train, g.block_size, cfg.batch_size, seed=cfg.seed, device=on_device)
     val_batches = eval_windows(val, g.block_size, cfg.batch_size, cfg.eval_batches or 16)
     return trainer, train_batches, val_batches
 

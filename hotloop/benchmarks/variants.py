@@ -1,0 +1,195 @@
+"""The contenders: one function per training stack, each running `warmup + steps` optimizer steps of a workload.
+
+Every variant uses the same model, data, batch size, AdamW (fused, as the seeds recommend), gradient
+clipping at 1.0 and precision, and reads its loss on the host once every 50 steps at most:
+
+- `plain`: the seeds' hand-written loop with a per-sample `DataLoader` (how most people feed tensors).
+- `hotloop`: `hotloop.Trainer` given the tensors.
+- `lightning`: a `LightningModule` logging its loss with `self.log`, fed by the same DataLoader as plain.
+- `accelerate`: an `Accelerator`-prepared loop over the same DataLoader.
+
+A `Window` marks the measured steps (after warmup) and synchronises the device at its two ends only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from hotloop.benchmarks.workloads import Workload
+
+SYNC_EVERY = 50
+
+
+class Window:
+    """Times steps (warmup, warmup + steps]; `label` tells a host-read counter which reads fall inside."""
+
+    def __init__(self, device: torch.device, warmup: int, steps: int, counter: Any = None) -> None:
+        self.device, self.warmup, self.steps, self.counter = device, warmup, steps, counter
+        self.t0 = self.t1 = 0.0
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def tick(self, step: int) -> None:
+        """Call after optimizer step number `step` (1-based) completed on the host."""
+        if step == self.warmup:
+            self._sync()
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+            self.t0 = time.perf_counter()
+            if self.counter is not None:
+                self.counter.label = "window"
+        elif step == self.warmup + self.steps:
+            self._sync()
+            self.t1 = time.perf_counter()
+            if self.counter is not None:
+                self.counter.label = "after"
+
+    @property
+    def seconds(self) -> float:
+        return self.t1 - self.t0
+
+
+def _loader(w: Workload, device: torch.device) -> DataLoader:
+    cuda = device.type == "cuda"
+    return DataLoader(
+        TensorDataset(w.x, w.y),
+        batch_size=w.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=4 if cuda else 0,
+        pin_memory=cuda,
+        persistent_workers=cuda,
+        generator=torch.Generator().manual_seed(0),
+    )
+
+
+def _autocast(w: Workload, device: torch.device) -> contextlib.AbstractContextManager:
+    if w.precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def run_plain(w: Workload, device: torch.device, window: Window) -> None:
+    torch.manual_seed(0)
+    model = w.make_model().to(device)
+    if device.type == "cuda":
+        model = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, fused=True)
+    loader = _loader(w, device)
+    running = torch.zeros((), device=device)
+    total, step = window.warmup + window.steps, 0
+    while step < total:
+        for xb, yb in loader:
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+            with _autocast(w, device):
+                loss = model(xb, yb)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            running += loss.detach()
+            step += 1
+            if step % SYNC_EVERY == 0:
+                _ = (running / SYNC_EVERY).item()  # the one sync of a log interval
+                running.zero_()
+            window.tick(step)
+            if step >= total:
+                break
+
+
+def run_hotloop(w: Workload, device: torch.device, window: Window) -> None:
+    from hotloop import Callback, TrainConfig, Trainer
+
+    class Tick(Callback):
+        def on_step_end(self, trainer: Trainer, output: Any) -> None:
+            window.tick(trainer.state.step)
+
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = TrainConfig(max_steps=window.warmup + window.steps, batch_size=w.batch_size, lr=w.lr,
+                          schedule="constant", clip_grad=1.0, precision=w.precision, log_every=SYNC_EVERY,
+                          eval_every=0, run_dir=run_dir, progress="off", tensorboard=False,
+                          device=str(device), seed=0)  # fmt: skip
+        torch.manual_seed(0)
+        Trainer(w.make_model(), cfg, callbacks=[Tick()]).fit((w.x, w.y))
+
+
+def run_lightning(w: Workload, device: torch.device, window: Window) -> None:
+    import lightning as L
+
+    class Lit(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = w.make_model()
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = self.model(*batch)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.AdamW(self.parameters(), lr=w.lr, fused=True)
+
+    class Tick(L.Callback):
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            window.tick(trainer.global_step)
+
+    torch.manual_seed(0)
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        max_steps=window.warmup + window.steps,
+        precision="bf16-mixed" if w.precision == "bf16" else "32-true",
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[Tick()],
+    )
+    trainer.fit(Lit(), _loader(w, device))
+
+
+def run_accelerate(w: Workload, device: torch.device, window: Window) -> None:
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=device.type != "cuda", mixed_precision="bf16" if w.precision == "bf16" else "no")
+    torch.manual_seed(0)
+    model = w.make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=w.lr, fused=True)
+    model, opt, loader = acc.prepare(model, opt, _loader(w, device))
+    running = torch.zeros((), device=acc.device)
+    total, step = window.warmup + window.steps, 0
+    while step < total:
+        for xb, yb in loader:
+            loss = model(xb, yb)
+            acc.backward(loss)
+            acc.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            running += loss.detach()
+            step += 1
+            if step % SYNC_EVERY == 0:
+                _ = (running / SYNC_EVERY).item()
+                running.zero_()
+            window.tick(step)
+            if step >= total:
+                break
+
+
+VARIANTS: dict[str, Callable[[Workload, torch.device, Window], None]] = {
+    "plain": run_plain,
+    "hotloop": run_hotloop,
+    "lightning": run_lightning,
+    "accelerate": run_accelerate,
+}
+REQUIRES = {"lightning": "lightning", "accelerate": "accelerate"}
