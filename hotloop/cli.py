@@ -146,6 +146,35 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hotloop.lint import RULES, explain, lint_paths, load_settings
+    from hotloop.lint import output as fmt
+
+    if args.explain:
+        code = args.explain.upper()
+        if code not in RULES:
+            raise ConfigError(f"unknown rule `{args.explain}`; rules: {', '.join(RULES)}")
+        print(explain(code))
+        return 0
+    paths = args.paths or ["."]
+    for p in paths:
+        if not Path(p).exists():
+            raise ConfigError(f"no such file or directory: {p}")
+    settings = load_settings(Path(paths[0]).resolve() if Path(paths[0]).is_dir() else Path(paths[0]).resolve().parent)
+
+    def codes(value: str | None, key: str) -> list[str] | None:
+        if value:
+            return [c.strip().upper() for c in value.split(",") if c.strip()]
+        return [str(c).upper() for c in settings.get(key, [])] or None
+
+    findings = lint_paths(paths, select=codes(args.select, "select"), ignore=codes(args.ignore, "ignore"),
+                          exclude=list(settings.get("exclude", [])), fix=args.fix)  # fmt: skip
+    print({"text": fmt.text, "json": fmt.as_json, "sarif": fmt.sarif}[args.format](findings))
+    return 1 if findings else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotloop", description="A PyTorch training engine whose hot loop never waits on the host."
@@ -162,6 +191,14 @@ def build_parser() -> argparse.ArgumentParser:
     smp = sub.add_parser("sample", help="generate text from a saved gpt run")
     smp.add_argument("overrides", nargs="*", metavar="key=value")
     smp.set_defaults(func=_sample)
+    lint = sub.add_parser("lint", help="find training-loop anti-patterns in Python files (rules HL001...)")
+    lint.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
+    lint.add_argument("--format", choices=["text", "json", "sarif"], default="text")
+    lint.add_argument("--select", help="comma-separated codes or prefixes to check (e.g. HL001,HL01)")
+    lint.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
+    lint.add_argument("--fix", action="store_true", help="apply the safe mechanical fixes (HL003, HL012, HL013)")
+    lint.add_argument("--explain", metavar="CODE", help="explain a rule: why, a bad and a good example, the fix")
+    lint.set_defaults(func=_lint)
     bench = sub.add_parser("bench", help="benchmark hotloop against plain PyTorch, Lightning and Accelerate")
     bench.add_argument("--workload", choices=["mlp", "gpt", "cnn"], default="mlp")
     bench.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")

@@ -1,0 +1,179 @@
+"""`hotloop lint`: static rules HL001... for the training-loop anti-patterns of the seeds.
+
+    hotloop lint train.py src/          # path:line:col: HL001 message; exit 1 when anything is found
+    hotloop lint --format json .        # [{"path", "line", "col", "code", "message", "severity"}]
+    hotloop lint --fix .                # the mechanical, safe fixes (HL003, HL012, HL013)
+    hotloop lint --explain HL001
+
+Suppress a line with `# noqa: HL001` (or a bare `# noqa`); mark an intended host read with
+`# sync: <why>`. `[tool.hotloop.lint]` in pyproject.toml takes `select`, `ignore` and `exclude`.
+See `analysis.py` for what counts as a hot loop.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hotloop.lint.analysis import ModuleInfo
+from hotloop.lint.checks import Edit, check
+from hotloop.lint.rules import RULES, explain
+
+__all__ = ["Finding", "RULES", "explain", "fix_source", "lint_paths", "lint_source", "load_settings"]
+
+NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
+DEFAULT_EXCLUDE = [".git", ".venv", "venv", "site-packages", "__pycache__", "build", "dist", ".tox", "node_modules",
+                   "*.egg-info"]  # fmt: skip
+
+
+@dataclass
+class Finding:
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+    severity: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _suppressed(line_text: str, code: str) -> bool:
+    m = NOQA.search(line_text)
+    if not m:
+        return False
+    codes = m.group("codes")
+    return codes is None or code in {c.strip().upper() for c in codes.split(",")}
+
+
+def _selected(code: str, select: list[str] | None, ignore: list[str] | None) -> bool:
+    if select and not any(code.startswith(s) for s in select):
+        return False
+    return not (ignore and any(code.startswith(s) for s in ignore))
+
+
+def _analyse(source: str, path: str) -> tuple[ModuleInfo | None, Finding | None]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as e:
+        line = getattr(e, "lineno", 1) or 1
+        col = (getattr(e, "offset", 1) or 1) - 1
+        return None, Finding(path, line, col + 1, "HL000", f"cannot parse: {getattr(e, 'msg', e)}", "error")
+    return ModuleInfo(tree, source), None
+
+
+def lint_source(
+    source: str, path: str = "<string>", select: list[str] | None = None, ignore: list[str] | None = None
+) -> list[Finding]:
+    mi, err = _analyse(source, path)
+    if err is not None:
+        return [err] if _selected("HL000", select, ignore) else []
+    assert mi is not None
+    lines = source.splitlines()
+    out = []
+    seen = set()
+    for hit in check(mi):
+        line, col = hit.node.lineno, hit.node.col_offset + 1
+        key = (line, col, hit.code, hit.message)
+        if key in seen or not _selected(hit.code, select, ignore):
+            continue
+        seen.add(key)
+        if 0 < line <= len(lines) and _suppressed(lines[line - 1], hit.code):
+            continue
+        out.append(Finding(path, line, col, hit.code, hit.message, RULES[hit.code].severity))
+    return sorted(out, key=lambda f: (f.line, f.col, f.code))
+
+
+def fix_source(source: str, select: list[str] | None = None, ignore: list[str] | None = None) -> tuple[str, int]:
+    """Apply the mechanical fixes; returns the new source and how many were applied."""
+    mi, err = _analyse(source, "<fix>")
+    if mi is None:
+        return source, 0
+    lines = source.splitlines(keepends=True)
+    edits: list[Edit] = []
+    for hit in check(mi):
+        if hit.edit is None or not _selected(hit.code, select, ignore):
+            continue
+        if _suppressed(lines[hit.node.lineno - 1], hit.code):
+            continue
+        edits.append(hit.edit)
+    # Apply from the end so earlier offsets stay valid; skip overlapping edits (the next run gets them).
+    applied, last_start = 0, (float("inf"), float("inf"))
+    for e in sorted(edits, key=lambda e: (e.line, e.col), reverse=True):
+        if (e.end_line, e.end_col) > last_start:
+            continue
+        start = _offset(lines, e.line, e.col)
+        end = _offset(lines, e.end_line, e.end_col)
+        text = "".join(lines)
+        text = text[:start] + e.text + text[end:]
+        lines = text.splitlines(keepends=True)
+        last_start = (e.line, e.col)
+        applied += 1
+    return "".join(lines), applied
+
+
+def _offset(lines: list[str], line: int, col: int) -> int:
+    # ast columns are UTF-8 byte offsets
+    prefix = "".join(lines[: line - 1])
+    return len(prefix) + len(lines[line - 1].encode()[:col].decode(errors="ignore"))
+
+
+def load_settings(start: Path) -> dict[str, Any]:
+    """`[tool.hotloop.lint]` of the nearest pyproject.toml at or above `start`."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        return {}
+    for d in [start, *start.parents]:
+        f = d / "pyproject.toml"
+        if f.is_file():
+            try:
+                data = tomllib.loads(f.read_text())
+            except (tomllib.TOMLDecodeError, OSError):
+                return {}
+            return data.get("tool", {}).get("hotloop", {}).get("lint", {})
+    return {}
+
+
+def iter_files(paths: list[str], exclude: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file():
+            files.append(p)
+            continue
+        for f in sorted(p.rglob("*.py")):
+            parts = f.relative_to(p).parts
+            if any(fnmatch.fnmatch(part, pat) for part in parts for pat in exclude) or any(
+                fnmatch.fnmatch(str(f), pat) for pat in exclude
+            ):
+                continue
+            files.append(f)
+    return files
+
+
+def lint_paths(
+    paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
+    exclude: list[str] | None = None, fix: bool = False,
+) -> list[Finding]:  # fmt: skip
+    findings: list[Finding] = []
+    for f in iter_files(paths, DEFAULT_EXCLUDE + list(exclude or [])):
+        try:
+            source = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            findings.append(Finding(str(f), 1, 1, "HL000", f"cannot read: {e}", "error"))
+            continue
+        if fix:
+            new, n = fix_source(source, select, ignore)
+            if n:
+                f.write_text(new, encoding="utf-8")
+                source = new
+        findings += lint_source(source, str(f), select, ignore)
+    return findings
