@@ -45,6 +45,7 @@ TENSOR_COLLECTION = re.compile(
     r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
     r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$"
 )
+STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 
 
@@ -139,9 +140,11 @@ class ModuleInfo:
     # -- hot regions ----------------------------------------------------------------------------
 
     def _step_functions(self) -> set[str]:
+        """Functions that take one training step: a backward/optimizer step not inside a loop of their own.
+        (A function that loops over batches itself is an epoch function: its loop is the hot one.)"""
         names = set()
         for node in self.nodes:
-            if is_step_call(node):
+            if is_step_call(node) and self.enclosing_loop(node) is None:
                 fn = self.enclosing_function(node)
                 if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     names.add(fn.name)
@@ -152,7 +155,7 @@ class ModuleInfo:
             return True
         if isinstance(node, ast.Call):
             name = call_name(node).split(".")[-1]
-            return name in self.step_functions
+            return name in self.step_functions or bool(STEP_FUNCTION.search(name))
         return False
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:
@@ -181,8 +184,17 @@ class ModuleInfo:
                         outer = self.enclosing_loop(outer)
                     self.train_loops.add(loop)
         for name, fn in self.functions.items():
-            if re.search(r"(^|_)(train|training)_step$|^train_step|^training_step", name):
+            if STEP_FUNCTION.search(name):
                 self.hot_functions.add(fn)
+        # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
+        epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
+        if epoch_fns:
+            for node in self.nodes:
+                if isinstance(node, ast.Call) and call_name(node).split(".")[-1] in epoch_fns:
+                    loop = self.enclosing_loop(node)
+                    while loop is not None:
+                        self.train_loops.add(loop)
+                        loop = self.enclosing_loop(loop)
         called_in_loops = {
             call_name(n).split(".")[-1]
             for loop in self.hot_loops | self.train_loops

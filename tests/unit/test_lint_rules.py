@@ -39,6 +39,20 @@ CASES = [
     ("HL001", in_loop("running += loss.detach()"), False),
     ("HL001", in_loop("if step % log_every == 0:\n    print(running.item())"), False),
     ("HL001", in_loop("v = loss.item()  # sync: debug"), False),
+    (
+        "HL001",
+        "import torch\ndef run(loader):\n    for b in loader:\n        loss = train_step(b)\n"
+        "        print(loss.item())\n",
+        True,
+    ),
+    (
+        "HL001",
+        "import torch\ndef train_epoch(model, loader, opt):\n    total = torch.zeros(())\n"
+        "    for x, y in loader:\n        loss = model(x, y)\n        loss.backward()\n        opt.step()\n"
+        "        total += loss.detach()\n    return total.item()\n"
+        "def fit(model, loader, opt):\n    for epoch in range(3):\n        print(train_epoch(model, loader, opt))\n",
+        False,
+    ),
     # HL002
     ("HL002", in_loop('print(f"loss {loss}")'), True),
     ("HL002", in_loop("print(loss)"), True),
