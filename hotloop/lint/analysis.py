@@ -334,6 +334,8 @@ class ModuleInfo:
         if isinstance(e, ast.UnaryOp):
             return self.kind(e.operand, info)
         if isinstance(e, ast.Compare):
+            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in e.ops):
+                return "scalar"  # identity tests never read values
             kinds = {self.kind(x, info) for x in [e.left, *e.comparators]}
             return "tensor" if "tensor" in kinds else None
         if isinstance(e, ast.BoolOp):

@@ -74,6 +74,7 @@ CASES = [
     ("HL005", in_loop("if torch.isnan(loss):\n    continue"), True),
     ("HL005", in_loop("if step > 100:\n    break"), False),
     ("HL005", in_loop("scale = torch.where(loss > 1, 0.5, 1.0)"), False),
+    ("HL005", in_loop("if out.grad is not None:\n    pass"), False),
     # HL006
     ("HL006", in_loop("kept = out[out > 0]"), True),
     ("HL006", in_loop("idx = torch.nonzero(y)"), True),
