@@ -175,6 +175,17 @@ def _lint(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from hotloop.doctor.report import run_doctor
+
+    cmd = list(args.command_line)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ConfigError("nothing to run: hotloop doctor [--steps N] [--json FILE] -- python SCRIPT [ARGS...]")
+    return run_doctor(cmd, steps=args.steps, json_path=args.json)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotloop", description="A PyTorch training engine whose hot loop never waits on the host."
@@ -191,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     smp = sub.add_parser("sample", help="generate text from a saved gpt run")
     smp.add_argument("overrides", nargs="*", metavar="key=value")
     smp.set_defaults(func=_sample)
+    doc = sub.add_parser("doctor", help="run a training script and report its host syncs and step time")
+    doc.add_argument("--steps", type=int, default=0, help="stop cleanly after N optimizer steps (0: run to the end)")
+    doc.add_argument("--json", help="write the report as JSON")
+    doc.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS...]")
+    doc.set_defaults(func=_doctor)
     lint = sub.add_parser("lint", help="find training-loop anti-patterns in Python files (rules HL001...)")
     lint.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
     lint.add_argument("--format", choices=["text", "json", "sarif"], default="text")

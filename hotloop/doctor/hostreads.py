@@ -5,8 +5,9 @@ On CUDA, reading a tensor's value on the host (`.item()`, `float(t)`, `if t:`, p
 list of tensors) waits for every queued kernel. The same Python calls happen on the CPU, where they
 are cheap, so counting them there shows on a laptop, and in CI, what would stall a GPU.
 
-Reads that PyTorch makes of host-resident bookkeeping - a CPU tensor read inside `torch.optim`, such
-as the step counters of a non-fused optimizer - are not syncs on any device and are not counted.
+Reads that PyTorch makes of host-resident bookkeeping - a CPU tensor read inside `torch.optim` or
+`torch.utils.data`, such as the step counters of a non-fused optimizer or a DataLoader's seed - are not
+syncs on any device and are not counted.
 Reads PyTorch makes on the user's behalf that would sync on CUDA (`GradScaler.step` with a
 non-fused optimizer, `clip_grad_norm_(error_if_nonfinite=True)`) are counted, attributed to the
 first frame outside torch.
@@ -22,10 +23,14 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OPTIM_DIR = os.path.join(os.path.dirname(torch.__file__), "optim") + os.sep
 _THIS_FILE = os.path.abspath(__file__)
+# CPU tensors read inside these are host bookkeeping (optimizer step counters, the DataLoader's seed and
+# sampler order), not syncs on any device.
+_BOOKKEEPING_DIRS = (_OPTIM_DIR, os.path.join(os.path.dirname(torch.__file__), "utils", "data") + os.sep)
 
 _ALWAYS = {
     "item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__", "__complex__",
@@ -89,26 +94,35 @@ class HostReadCounter(TorchFunctionMode):
     Set `counter.label` (e.g. to the current step) to group reads; `reads` keeps each one in order.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, skip_dirs: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.reads: list[HostRead] = []
         self.label: Any = None
+        self.skip_dirs = (_TORCH_DIR, *skip_dirs)
+        """Frames under these directories are not "the user's code" (torch always; doctor adds more)."""
+        self.depth = 0
+        """> 0 while a read found at the Python level runs (so the dispatch level does not count it twice)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         kind = _read_kind(func, args, kwargs)
-        if kind is not None:
-            self._record(kind, args)
-        return func(*args, **kwargs)
+        if kind is None:
+            return func(*args, **kwargs)
+        self._record(kind, args)
+        self.depth += 1
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self.depth -= 1
 
-    def _record(self, kind: str, args: tuple) -> None:
-        frame = sys._getframe(2)
+    def _record(self, kind: str, args: tuple, start: int = 2) -> None:
+        frame = sys._getframe(start)
         in_optim = False
         while frame is not None:
             fname = frame.f_code.co_filename
-            if fname.startswith(_OPTIM_DIR):
+            if fname.startswith(_BOOKKEEPING_DIRS):
                 in_optim = True
-            if not fname.startswith(_TORCH_DIR) and os.path.abspath(fname) != _THIS_FILE:
+            if not fname.startswith(self.skip_dirs) and os.path.abspath(fname) != _THIS_FILE:
                 break
             frame = frame.f_back
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
@@ -126,3 +140,31 @@ class HostReadCounter(TorchFunctionMode):
 
     def by_site(self) -> Counter:
         return Counter((r.filename, r.lineno, r.kind) for r in self.reads)
+
+
+class DispatchReads(TorchDispatchMode):
+    """The aten-level half: reads that never pass through a Python-visible torch function.
+
+    `aten._local_scalar_dense` (every scalar read), `nonzero`, `_unique2` and boolean `index` are
+    recorded into the same counter, unless the Python-level mode already recorded the read in progress.
+    """
+
+    def __init__(self, counter: HostReadCounter) -> None:
+        super().__init__()
+        self.counter = counter
+        aten = torch.ops.aten
+        self.ops = {
+            aten._local_scalar_dense.default: "item (aten)",
+            aten.nonzero.default: "nonzero (aten)",
+            aten._unique2.default: "unique (aten)",
+        }
+        self.index = aten.index.Tensor
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kind = self.ops.get(func)
+        if kind is None and func is self.index and len(args) > 1:
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ()):
+                kind = "boolean-mask index (aten)"
+        if kind is not None and self.counter.depth == 0:
+            self.counter._record(kind, args, start=2)
+        return func(*args, **(kwargs or {}))
