@@ -118,13 +118,18 @@ class HostReadCounter(TorchFunctionMode):
     def _record(self, kind: str, args: tuple, start: int = 2) -> None:
         frame = sys._getframe(start)
         in_optim = False
+        fallback = None  # first frame outside torch: used when no frame is the user's (e.g. hotloop's own loop)
         while frame is not None:
             fname = frame.f_code.co_filename
             if fname.startswith(_BOOKKEEPING_DIRS):
                 in_optim = True
-            if not fname.startswith(self.skip_dirs) and os.path.abspath(fname) != _THIS_FILE:
-                break
+            outside_torch = not fname.startswith(_TORCH_DIR) and os.path.abspath(fname) != _THIS_FILE
+            if fallback is None and outside_torch and not fname.startswith("<"):
+                fallback = frame
+            if outside_torch and not fname.startswith(self.skip_dirs) and not fname.startswith("<"):
+                break  # ("<frozen runpy>", "<string>": not a file of the user's)
             frame = frame.f_back
+        frame = frame or fallback
         tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
         if in_optim and tensor is not None and tensor.device.type == "cpu":
             return  # host-resident optimizer bookkeeping: not a sync on any device

@@ -47,6 +47,13 @@ def frequency(labels: list[int], steps: int) -> str:
     return f"{len(labels)} times"
 
 
+def _marked(path: str, line: int) -> bool:
+    """The line carries `# sync: <why>`: a read placed at a boundary on purpose."""
+    import linecache
+
+    return "# sync:" in linecache.getline(path, line)
+
+
 def build_report(raw: dict[str, Any]) -> dict[str, Any]:
     steps = raw["steps"]
     groups: dict[tuple[str, int, str], list[int]] = defaultdict(list)
@@ -55,7 +62,7 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
         groups[(r["file"], r["line"], op)].append(r["step"])
     sites = [
         {"file": f, "line": line, "op": op, "count": len(labels), "per_step": round(len(labels) / steps, 4) if steps
-         else None, "frequency": frequency(labels, steps)}
+         else None, "frequency": frequency(labels, steps), "boundary": _marked(f, line)}
         for (f, line, op), labels in sorted(groups.items(), key=lambda kv: -len(kv[1]))
     ]  # fmt: skip
     timings = raw["timings"][1:] or raw["timings"]  # the first step carries one-time costs
@@ -64,6 +71,8 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
     total = sum(breakdown.values()) or 1.0
     recs = []
     for s in sites:
+        if s["boundary"]:
+            continue  # an intended read at a log/eval/checkpoint boundary (`# sync:` marker)
         if s["frequency"].startswith("every") or (s["per_step"] or 0) >= 0.5:
             fix = READ_FIX.get(s["op"], "move it behind a log boundary or keep it on the device")
             recs.append({"rule": "HL001", "message": f"{os.path.basename(s['file'])}:{s['line']} `{s['op']}` "
@@ -91,7 +100,8 @@ def format_report(rep: dict[str, Any]) -> str:
     if rep["sync_sites"]:
         lines.append("host reads (each a device sync on CUDA):")
         for s in rep["sync_sites"]:
-            lines.append(f"  {s['file']}:{s['line']}  {s['op']:<22} {s['count']:>6}x  {s['frequency']}")
+            mark = "  (boundary: # sync:)" if s["boundary"] else ""
+            lines.append(f"  {s['file']}:{s['line']}  {s['op']:<22} {s['count']:>6}x  {s['frequency']}{mark}")
     else:
         lines.append("host reads: none")
     if rep["breakdown"]:

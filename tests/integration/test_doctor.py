@@ -117,3 +117,16 @@ def test_clean_script_has_no_findings(tmp_path):
     assert res.returncode == 0
     assert [s["frequency"] for s in rep["sync_sites"]] == ["once"]
     assert not [r for r in rep["recommendations"] if r["rule"] == "HL001"]
+
+
+def test_hotloops_own_loop_has_no_sync_site_between_boundaries(tmp_path):
+    out = tmp_path / "r.json"
+    tiny = ["gpt.n_layer=1", "gpt.n_embd=32", "gpt.n_head=2", "gpt.block_size=32", "batch_size=8",
+            "eval_batches=2", "log_every=5", "eval_every=10", "max_steps=20", "run_dir=run"]  # fmt: skip
+    cmd = [sys.executable, "-m", "hotloop", "doctor", "--json", str(out), "--", "python", "-m", "hotloop", "fit", *tiny]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    rep = json.loads(out.read_text())
+    assert rep["steps"] == 20 and rep["sync_sites"]
+    assert all(s["boundary"] for s in rep["sync_sites"]), rep["sync_sites"]  # only the `# sync:` boundary reads
+    assert not [r for r in rep["recommendations"] if r["rule"] == "HL001"]
