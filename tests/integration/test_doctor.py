@@ -130,3 +130,13 @@ def test_hotloops_own_loop_has_no_sync_site_between_boundaries(tmp_path):
     assert rep["steps"] == 20 and rep["sync_sites"]
     assert all(s["boundary"] for s in rep["sync_sites"]), rep["sync_sites"]  # only the `# sync:` boundary reads
     assert not [r for r in rep["recommendations"] if r["rule"] == "HL001"]
+    # doctor never changes the numbers: the same run without it ends with the same weights, bit for bit
+    ref = [*tiny[:-1], "run_dir=ref"]
+    done = subprocess.run([sys.executable, "-m", "hotloop", "fit", *ref], cwd=tmp_path, capture_output=True)
+    assert done.returncode == 0
+    import torch
+
+    from hotloop import load_checkpoint
+
+    a, b = load_checkpoint(tmp_path / "run")["model"], load_checkpoint(tmp_path / "ref")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
