@@ -128,11 +128,6 @@ def committed(run_dir: str | Path) -> list[Found]:
     return out
 
 
-def list_checkpoints(run_dir: str | Path) -> list[Path]:
-    """Committed checkpoint files of a run, oldest first."""
-    return [f.path for f in committed(run_dir)]
-
-
 def latest_valid(run_dir: str | Path, strict: bool = False) -> Path | None:
     """The newest intact checkpoint; a broken newer one is skipped with a warning (or raises if `strict`)."""
     for found in reversed(committed(run_dir)):

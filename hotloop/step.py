@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from hotloop.data import Batch
+from hotloop.data import batch_size_of as default_batch_size
 from hotloop.errors import LossError
 from hotloop.guard import nonfinite_flag, step_skipping
 from hotloop.precision import Precision
@@ -106,9 +107,7 @@ class TrainStep:
         self.inspect_grads: Callable[[], None] | None = None
         """Called once with true gradients in place (after unscale, before clipping), then cleared."""
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
-        from hotloop.data import batch_size_of as default_bs
-
-        self.batch_size_of = batch_size_of or default_bs
+        self.batch_size_of = batch_size_of or default_batch_size
 
     def __call__(self, window: list[Batch]) -> StepOutput:
         n = len(window)

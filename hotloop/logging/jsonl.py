@@ -26,11 +26,3 @@ class JsonlSink:
 
     def close(self) -> None:
         self.file.close()
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All rows of a `metrics.jsonl` (or of `run_dir/metrics.jsonl` when given a directory)."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "metrics.jsonl"
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
