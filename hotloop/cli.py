@@ -60,6 +60,12 @@ def _fit(args: argparse.Namespace) -> int:
         print(_config_help())
         return 0
     cfg = load_config(args.config, args.overrides, default_recipe=DEFAULT_RECIPE)
+    if cfg.doctor:
+        from hotloop.doctor.report import run_doctor
+
+        rest = [o for o in args.overrides if o.split("=", 1)[0].strip() != "doctor"]
+        config = ["--config", args.config] if args.config else []
+        return run_doctor(["python", "-m", "hotloop", "fit", *config, *rest])
     if cfg.recipe is None:
         raise ConfigError("hotloop fit needs a recipe (recipe=gpt); to train your own model use hotloop.Trainer")
     get_recipe(cfg.recipe).run(cfg)

@@ -160,6 +160,8 @@ class TrainConfig:
     """Classes of the loss, for the initial-loss check against ln(C) (recipes set it); None: no check."""
     overfit_batches: int | None = None
     """Train repeatedly on the first N batches (the overfit-a-tiny-subset check); None: off."""
+    doctor: bool = False
+    """`hotloop fit ... doctor=true`: run this fit under `hotloop doctor` and print its report at the end."""
     debug_anomaly: bool = False
     """Name the first module that produces a non-finite gradient (debug: syncs every step)."""
     run_dir: str = "runs/hotloop"

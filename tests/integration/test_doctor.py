@@ -140,3 +140,13 @@ def test_hotloops_own_loop_has_no_sync_site_between_boundaries(tmp_path):
 
     a, b = load_checkpoint(tmp_path / "run")["model"], load_checkpoint(tmp_path / "ref")["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fit_with_doctor_true_prints_the_report(tmp_path):
+    tiny = ["gpt.n_layer=1", "gpt.n_embd=32", "gpt.n_head=2", "gpt.block_size=32", "batch_size=8",
+            "eval_batches=2", "log_every=5", "eval_every=10", "max_steps=10", "run_dir=run", "doctor=true"]  # fmt: skip
+    res = subprocess.run([sys.executable, "-m", "hotloop", "fit", *tiny], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "hotloop doctor: 10 optimizer steps observed" in res.stdout
+    assert "(boundary: # sync:)" in res.stdout and "[HL001]" not in res.stdout
