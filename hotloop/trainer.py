@@ -12,8 +12,6 @@ are read with one transfer (`metrics.read_scalars`).
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import signal
 import sys
@@ -49,6 +47,7 @@ from hotloop.data import (
 from hotloop.errors import ConfigError, DataError, Preempted
 from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
 from hotloop.logging.console import Clock, make_console
+from hotloop.logging.jsonl import truncate_metrics
 from hotloop.metrics import RunningSums, read_scalars
 from hotloop.optim import build_optimizer, build_scheduler
 from hotloop.precision import resolve_precision
@@ -491,24 +490,8 @@ class Trainer:
         source.load_state_dict(state["data"].get("source", {}))
         ckpt_io.restore_rng(state["rng"])
         self.history = list(state.get("history", []))
-        self._truncate_metrics(st.step)
+        truncate_metrics(self.run_dir / "metrics.jsonl", st.step)
         print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
-
-    def _truncate_metrics(self, step: int) -> None:
-        """Drop metrics.jsonl rows logged after the checkpoint we resume from: they will be logged again."""
-        path = self.run_dir / "metrics.jsonl"
-        if not path.is_file():
-            return
-        keep = []
-        for line in path.read_text().splitlines():
-            try:
-                if json.loads(line).get("step", 0) <= step:
-                    keep.append(line)
-            except ValueError:
-                continue  # a line torn by a kill mid-write
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, path)
 
     def _load_training_state(self, state: dict[str, Any], path: Path | None = None) -> None:
         """Model, optimizer, schedule position and precision state from a checkpoint dict."""

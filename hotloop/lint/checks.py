@@ -127,8 +127,6 @@ class Checker:
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)
-            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache"):
-                pass  # reported below for the whole training loop
             if meth == "repeat_interleave" or name == "torch.repeat_interleave":
                 repeats = c.args[1] if name == "torch.repeat_interleave" and len(c.args) > 1 else (
                     c.args[0] if meth == "repeat_interleave" and name != "torch.repeat_interleave" and c.args else None

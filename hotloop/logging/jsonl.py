@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -26,3 +27,19 @@ class JsonlSink:
 
     def close(self) -> None:
         self.file.close()
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop rows logged after `step` (resuming from its checkpoint logs them again); torn lines go too."""
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", 0) <= step:
+                keep.append(line)
+        except ValueError:
+            continue  # a line torn by a kill mid-write
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
