@@ -188,8 +188,9 @@ def _doctor(args: argparse.Namespace) -> int:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise ConfigError("nothing to run: hotloop doctor [--steps N] [--json FILE] -- python SCRIPT [ARGS...]")
-    return run_doctor(cmd, steps=args.steps, json_path=args.json)
+        usage = "hotloop doctor [--steps N] [--json FILE] [--trace FILE] -- python SCRIPT [ARGS...]"
+        raise ConfigError(f"nothing to run: {usage}")
+    return run_doctor(cmd, steps=args.steps, json_path=args.json, trace=args.trace)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="run a training script and report its host syncs and step time")
     doc.add_argument("--steps", type=int, default=0, help="stop cleanly after N optimizer steps (0: run to the end)")
     doc.add_argument("--json", help="write the report as JSON")
+    doc.add_argument("--trace", help="write a Chrome trace (torch.profiler) of optimizer steps 2-4 to FILE")
     doc.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS...]")
     doc.set_defaults(func=_doctor)
     lint = sub.add_parser("lint", help="find training-loop anti-patterns in Python files (rules HL001...)")

@@ -1,12 +1,23 @@
 """The child side of `hotloop doctor`: install the detector, run the user's script unmodified, dump what was seen.
 
-    python -m hotloop.doctor.child REPORT.json MAX_STEPS -- [python] SCRIPT [ARGS...]
-    python -m hotloop.doctor.child REPORT.json MAX_STEPS -- [python] -m MODULE [ARGS...]
+    python -m hotloop.doctor.child REPORT.json MAX_STEPS TRACE -- [python] SCRIPT [ARGS...]
+    python -m hotloop.doctor.child REPORT.json MAX_STEPS TRACE -- [python] -m MODULE [ARGS...]
 
-Steps are found with a global optimizer step hook; the host-read counter labels each read with the
-number of optimizer steps completed when it happened. Timings per step come from hooks too: the
-DataLoader iterator (data wait), outermost module calls (forward), `backward`, and the optimizer step.
-The report is written even when the script crashes, and the child exits with the script's exit code.
+(TRACE is a Chrome-trace path or "".) Steps are found with a global optimizer step hook; the host-read
+counter labels each read with the number of optimizer steps completed when it happened. Timings per
+step come from hooks too: the DataLoader iterator (data wait), outermost module calls (forward),
+`backward`, and the optimizer step. The report is written even when the script crashes, and the child
+exits with the script's exit code.
+
+DataLoader workers are forked with the detector already installed; each streams its reads to
+`REPORT.json.worker-PID` as it records them (a worker may be terminated rather than return), labelled
+with the step that consumes the batch: batch i of an epoch goes to worker i mod num_workers, so a
+worker's j-th batch is batch `id + j * num_workers`. Workers started with "spawn" (not Linux's default)
+do not inherit the detector and are not seen.
+
+On CUDA, `torch.cuda.set_sync_debug_mode("warn")` cross-checks the two modes, and the syncs it does not
+flag are patched in: `torch.cuda.synchronize`, `Event.synchronize` and `Stream.synchronize`.
+`torch.profiler` records steps 2-4 to measure GPU busy time (and writes TRACE when asked, on any device).
 """
 
 from __future__ import annotations
@@ -54,7 +65,74 @@ def _user_dirs_to_skip() -> tuple[str, ...]:
     return tuple(d.rstrip(os.sep) + os.sep for d in dirs if d)
 
 
-def install(max_steps: int) -> tuple[Any, Any, Timers]:
+class Facts:
+    """What the hooks notice besides reads and times: evidence for doctor's recommendations."""
+
+    def __init__(self) -> None:
+        self.optimizers: dict[int, dict[str, Any]] = {}
+        self.zero_grad_keep = 0
+        """`zero_grad(set_to_none=False)` calls (a memset of every gradient each step)."""
+        self.eval_forward_with_grad = 0
+        """Outermost forwards of a module in eval() mode with autograd recording (validation without no_grad)."""
+        self.gpu: dict[str, float] = {}
+
+    def note_optimizer(self, opt: Any) -> None:
+        if id(opt) in self.optimizers:
+            return
+        params = [p for g in opt.param_groups for p in g["params"]]
+        device = params[0].device.type if params else "cpu"
+        fused = bool(opt.defaults.get("fused"))
+        self.optimizers[id(opt)] = {"class": type(opt).__name__, "fused": fused, "device": device,
+                                    "supports_fused": "fused" in opt.defaults}  # fmt: skip
+
+
+class Profiled:
+    """torch.profiler over optimizer steps 2-4 (after warm-up): GPU busy share, and the Chrome trace if asked."""
+
+    FIRST, LAST = 2, 5
+
+    def __init__(self, trace: str, cuda: bool) -> None:
+        import torch
+
+        self.trace, self.cuda, self.prof, self.t0 = trace, cuda, None, 0.0
+        self.busy: dict[str, float] = {}
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        self.activities = acts
+
+    def on_step(self, steps: int) -> None:
+        import torch
+
+        if steps == self.FIRST:
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.prof = torch.profiler.profile(activities=self.activities)
+            self.prof.__enter__()
+            self.t0 = time.perf_counter()
+        elif steps == self.LAST:
+            self.finish()
+
+    def finish(self) -> None:
+        import torch
+
+        if self.prof is None:
+            return
+        prof, self.prof = self.prof, None
+        if self.cuda:
+            torch.cuda.synchronize()
+        wall_us = (time.perf_counter() - self.t0) * 1e6
+        prof.__exit__(None, None, None)
+        if self.cuda:
+            kernel_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
+            busy = min(100.0, 100.0 * kernel_us / wall_us) if wall_us else 0.0
+            self.busy = {"busy_pct": round(busy, 1), "idle_pct": round(100.0 - busy, 1),
+                         "steps": self.LAST - self.FIRST}  # fmt: skip
+        if self.trace:
+            prof.export_chrome_trace(self.trace)
+
+
+def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any, Timers, Facts, Profiled | None]:
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
     from torch.utils.data import dataloader
@@ -64,6 +142,9 @@ def install(max_steps: int) -> tuple[Any, Any, Timers]:
     counter = HostReadCounter(skip_dirs=_user_dirs_to_skip())
     counter.label = 0
     timers = Timers()
+    facts = Facts()
+    cuda = torch.cuda.is_available()
+    profiled = Profiled(trace, cuda) if (trace or cuda) else None
 
     def pre(opt: Any, args: Any, kwargs: Any) -> None:
         timers.opt_start = time.perf_counter()
@@ -72,7 +153,10 @@ def install(max_steps: int) -> tuple[Any, Any, Timers]:
         timers.cur["optimizer"] += time.perf_counter() - timers.opt_start
         timers.steps += 1
         counter.label = timers.steps
+        facts.note_optimizer(opt)
         timers.end_step()
+        if profiled is not None:
+            profiled.on_step(timers.steps)
         if max_steps and timers.steps >= max_steps:
             raise StopDoctor
 
@@ -89,6 +173,18 @@ def install(max_steps: int) -> tuple[Any, Any, Timers]:
             timers.cur["data"] += time.perf_counter() - t0
 
     dataloader._BaseDataLoaderIter.__next__ = timed_next  # type: ignore[method-assign]
+    _watch_workers(counter, report_path)
+
+    original_zero_grad = torch.optim.Optimizer.zero_grad
+
+    def zero_grad(self: Any, set_to_none: bool = True) -> None:
+        if not set_to_none:
+            facts.zero_grad_keep += 1
+        return original_zero_grad(self, set_to_none)
+
+    torch.optim.Optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+    if cuda:
+        _watch_cuda_syncs(counter)
 
     original_backward = torch.Tensor.backward
 
@@ -104,6 +200,8 @@ def install(max_steps: int) -> tuple[Any, Any, Timers]:
     def fwd_pre(module: Any, args: Any) -> None:
         if timers.depth == 0:
             timers.fwd_start = time.perf_counter()
+            if not module.training and torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+                facts.eval_forward_with_grad += 1
         timers.depth += 1
 
     def fwd_post(module: Any, args: Any, out: Any) -> None:
@@ -113,19 +211,86 @@ def install(max_steps: int) -> tuple[Any, Any, Timers]:
 
     torch.nn.modules.module.register_module_forward_pre_hook(fwd_pre)
     torch.nn.modules.module.register_module_forward_hook(fwd_post)
-    return counter, DispatchReads(counter), timers
+    return counter, DispatchReads(counter), timers, facts, profiled
+
+
+def _watch_workers(counter: Any, report_path: str) -> None:
+    """Label and stream the reads made in forked DataLoader workers (see the module docstring)."""
+    from torch.utils.data import get_worker_info
+    from torch.utils.data._utils import fetch
+
+    parent = os.getpid()
+    state: dict[str, Any] = {"pid": parent, "fetched": 0}
+
+    def wrap(cls: Any) -> None:
+        original = cls.fetch
+
+        def fetch_batch(self: Any, index: Any) -> Any:
+            info = get_worker_info()
+            if info is not None:
+                if state["pid"] != os.getpid():  # first batch in this worker: start its own record
+                    state.update(pid=os.getpid(), fetched=0)
+                    counter.reads = []
+                    out = open(f"{report_path}.worker-{os.getpid()}", "a", buffering=1)  # noqa: SIM115
+                    counter.sink = lambda r: out.write(json.dumps({"file": r.filename, "line": r.lineno,
+                                                                   "op": r.kind, "step": r.label}) + "\n")  # fmt: skip
+                counter.label = info.id + state["fetched"] * info.num_workers
+                state["fetched"] += 1
+            return original(self, index)
+
+        cls.fetch = fetch_batch
+
+    wrap(fetch._MapDatasetFetcher)
+    wrap(fetch._IterableDatasetFetcher)
+
+
+def _watch_cuda_syncs(counter: Any) -> None:
+    """CUDA only: the sync-debug cross-check, and the explicit syncs it does not flag."""
+    import warnings
+
+    import torch
+
+    torch.cuda.set_sync_debug_mode("warn")
+    # "always": the default filter shows a warning once per line, which would hide a per-step sync
+    warnings.filterwarnings("always", message=".*synchronizing CUDA operation.*")
+    shown = warnings.showwarning
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None):
+        if "synchronizing CUDA operation" in str(message):
+            counter.record_here("cuda sync (sync_debug_mode)")
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = showwarning
+
+    def patch(owner: Any, attr: str, kind: str) -> None:
+        original = getattr(owner, attr)
+
+        def synced(*args: Any, **kwargs: Any) -> Any:
+            counter.record_here(kind)
+            counter.depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter.depth -= 1
+
+        setattr(owner, attr, synced)
+
+    patch(torch.cuda, "synchronize", "torch.cuda.synchronize")
+    patch(torch.cuda.Event, "synchronize", "Event.synchronize")
+    patch(torch.cuda.Stream, "synchronize", "Stream.synchronize")
 
 
 def main(argv: list[str]) -> int:
-    report_path, max_steps = argv[0], int(argv[1])
-    cmd = argv[argv.index("--") + 1 :] if "--" in argv else argv[2:]
+    report_path, max_steps, trace = argv[0], int(argv[1]), argv[2]
+    cmd = argv[argv.index("--") + 1 :] if "--" in argv else argv[3:]
     if cmd and os.path.basename(cmd[0]).startswith("python"):
         cmd = cmd[1:]
     if not cmd:
         print("hotloop doctor: nothing to run (expected: -- python SCRIPT [ARGS] or -- python -m MODULE)",
               file=sys.stderr)  # fmt: skip
         return 2
-    counter, dispatch, timers = install(max_steps)
+    counter, dispatch, timers, facts, profiled = install(max_steps, report_path, trace)
     code, stopped, crashed = 0, False, None
     script = None
     try:
@@ -145,10 +310,20 @@ def main(argv: list[str]) -> int:
     except BaseException as e:  # the script crashed: report what was seen anyway
         traceback.print_exc()
         crashed, code = f"{type(e).__name__}: {e}", 1
+    if profiled is not None:
+        profiled.finish()  # fewer steps than the profiled window: keep what was recorded
+    import torch
+
     reads = [{"file": r.filename, "line": r.lineno, "op": r.kind, "step": r.label} for r in counter.reads]
+    cuda = torch.cuda.is_available()
     with open(report_path, "w") as f:
         json.dump({"steps": timers.steps, "reads": reads, "timings": timers.per_step, "exit_code": code,
-                   "stopped": stopped, "crashed": crashed, "script": script}, f)  # fmt: skip
+                   "stopped": stopped, "crashed": crashed, "script": script,
+                   "optimizers": list(facts.optimizers.values()), "zero_grad_keep": facts.zero_grad_keep,
+                   "eval_forward_with_grad": facts.eval_forward_with_grad,
+                   "fp32_matmuls": dict(dispatch.fp32_matmuls), "gpu": profiled.busy if profiled else {},
+                   "bf16_gpu": bool(cuda and torch.cuda.is_bf16_supported()),
+                   "trace": trace or None}, f)  # fmt: skip
     return code
 
 

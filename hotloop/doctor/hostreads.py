@@ -70,6 +70,34 @@ def _read_kind(func: Any, args: tuple, kwargs: dict) -> str | None:
         target = args[1] if len(args) > 1 else kwargs.get("device")
         if name == "cpu" or str(target).startswith("cpu"):
             return f".{name}() to host"
+    if kwargs.get("non_blocking") or (name == "copy_" and len(args) > 2 and args[2] is True):
+        return _unpinned_async_copy(name, args, kwargs)
+    return None
+
+
+def _unpinned_async_copy(name: str, args: tuple, kwargs: dict) -> str | None:
+    """`non_blocking=True` from pageable (unpinned) host memory to a GPU: silently synchronous.
+
+    The driver must stage pageable memory through a pinned buffer itself, so the call returns only once
+    the copy is done; `set_sync_debug_mode` does not flag it. Only the arguments are inspected (a CUDA
+    target is named, not created), so this is checked on any machine.
+    """
+    if name == "copy_":
+        dst, src = (args[0], args[1]) if len(args) > 1 else (None, None)
+        if not isinstance(dst, torch.Tensor) or dst.device.type != "cuda":
+            return None
+    elif name in ("to", "cuda"):
+        src = args[0] if args else None
+        if name == "cuda":
+            target = "cuda"
+        else:
+            target = next((a for a in args[1:] if isinstance(a, (str, torch.device))), kwargs.get("device"))
+        if target is None or torch.device(target).type != "cuda":
+            return None
+    else:
+        return None
+    if isinstance(src, torch.Tensor) and src.device.type == "cpu" and not src.is_pinned():
+        return "non_blocking copy from unpinned memory"
     return None
 
 
@@ -102,6 +130,8 @@ class HostReadCounter(TorchFunctionMode):
         """Frames under these directories are not "the user's code" (torch always; doctor adds more)."""
         self.depth = 0
         """> 0 while a read found at the Python level runs (so the dispatch level does not count it twice)."""
+        self.sink: Any = None
+        """Called with each `HostRead` as it is recorded (doctor's DataLoader workers stream them to a file)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -134,7 +164,15 @@ class HostReadCounter(TorchFunctionMode):
         if in_optim and tensor is not None and tensor.device.type == "cpu":
             return  # host-resident optimizer bookkeeping: not a sync on any device
         site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("<unknown>", 0)
-        self.reads.append(HostRead(kind, site[0], site[1], self.label))
+        read = HostRead(kind, site[0], site[1], self.label)
+        self.reads.append(read)
+        if self.sink is not None:
+            self.sink(read)
+
+    def record_here(self, kind: str) -> None:
+        """Record a sync found by other means (a patched `torch.cuda.synchronize`, a sync-debug warning)."""
+        if self.depth == 0:
+            self._record(kind, (), start=2)
 
     @property
     def total(self) -> int:
@@ -152,6 +190,8 @@ class DispatchReads(TorchDispatchMode):
 
     `aten._local_scalar_dense` (every scalar read), `nonzero`, `_unique2` and boolean `index` are
     recorded into the same counter, unless the Python-level mode already recorded the read in progress.
+    It also counts float32 matrix multiplies per device type (`fp32_matmuls`): on a GPU with bf16 they
+    run at a fraction of the bf16 tensor-core rate, which doctor reports as a missing autocast.
     """
 
     def __init__(self, counter: HostReadCounter) -> None:
@@ -164,12 +204,23 @@ class DispatchReads(TorchDispatchMode):
             aten._unique2.default: "unique (aten)",
         }
         self.index = aten.index.Tensor
+        self.matmuls = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default}
+        self.fp32_matmuls: Counter = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kind = self.ops.get(func)
         if kind is None and func is self.index and len(args) > 1:
             if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ()):
                 kind = "boolean-mask index (aten)"
-        if kind is not None and self.counter.depth == 0:
-            self.counter._record(kind, args, start=2)
-        return func(*args, **(kwargs or {}))
+        elif func in self.matmuls:
+            a = args[1] if func in (torch.ops.aten.addmm.default, torch.ops.aten.baddbmm.default) else args[0]
+            if isinstance(a, torch.Tensor) and a.dtype == torch.float32:
+                self.fp32_matmuls[a.device.type] += 1
+        if kind is None or self.counter.depth:
+            return func(*args, **(kwargs or {}))
+        self.counter._record(kind, args, start=2)
+        self.counter.depth += 1  # a sync-debug warning raised by this op is the same read
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            self.counter.depth -= 1

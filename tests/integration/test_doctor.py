@@ -150,3 +150,89 @@ def test_fit_with_doctor_true_prints_the_report(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "hotloop doctor: 10 optimizer steps observed" in res.stdout
     assert "(boundary: # sync:)" in res.stdout and "[HL001]" not in res.stdout
+
+
+WORKER_SCRIPT = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+
+    class Samples(torch.utils.data.Dataset):
+        def __init__(self):
+            self.x, self.y = torch.randn(128, 8), torch.randn(128)
+
+        def __len__(self):
+            return 128
+
+        def __getitem__(self, i):
+            return self.x[i], torch.tensor(self.y[i].item())  # PLANT worker per-sample
+
+
+    if __name__ == "__main__":
+        model = nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(Samples(), batch_size=16, num_workers=2)
+        for epoch in range(2):
+            model.train()
+            for xb, yb in loader:
+                loss = ((model(xb).squeeze(-1) - yb) ** 2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+            model.eval()
+            model(xb)  # validation without no_grad
+""")
+
+
+def test_reads_in_dataloader_workers_and_runtime_recommendations(tmp_path):
+    trace = tmp_path / "trace.json"
+    res, rep = doctor(tmp_path, WORKER_SCRIPT, "--trace", str(trace))
+    assert res.returncode == 0, res.stderr
+    assert rep["steps"] == 16
+    (site,) = [s for s in rep["sync_sites"] if s["file"].endswith("train.py")]
+    assert site["line"] == line_of(WORKER_SCRIPT, "PLANT worker")
+    assert site["where"] == "dataloader worker" and site["count"] == 256
+    assert site["frequency"] == "16 times every step"  # once per sample, 16 samples per batch
+    evidence = {(r["rule"], r["evidence"]) for r in rep["recommendations"]}
+    assert ("worker-read", "256 reads") in evidence
+    assert ("HL013", "16 calls") in evidence  # zero_grad(set_to_none=False), counted at run time
+    assert ("HL018", "2 eval-mode forwards with grad enabled") in evidence
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any("aten::" in e.get("name", "") for e in events)
+
+
+def test_lightning_script(tmp_path):
+    import pytest
+
+    pytest.importorskip("lightning")
+    src = textwrap.dedent("""
+        import lightning as L
+        import torch
+        from torch import nn
+
+
+        class Module(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.net = nn.Linear(8, 1)
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                loss = ((self.net(x).squeeze(-1) - y) ** 2).mean()
+                self.log("loss", loss.item())  # PLANT lightning
+                return loss
+
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+
+        if __name__ == "__main__":
+            ds = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randn(256))
+            trainer = L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False)
+            trainer.fit(Module(), torch.utils.data.DataLoader(ds, batch_size=16))
+    """)
+    res, rep = doctor(tmp_path, src)
+    assert res.returncode == 0, res.stderr
+    assert rep["steps"] == 16
+    assert sites(rep)[line_of(src, "PLANT lightning")] == "every step"

@@ -1,0 +1,63 @@
+"""The doctor's building blocks that need no child process: the read classifier, the matmul counter and
+the recommendations computed from what the hooks saw (CUDA facts included, which this machine cannot make)."""
+
+from __future__ import annotations
+
+import torch
+
+from hotloop.doctor.hostreads import DispatchReads, HostReadCounter, _read_kind
+from hotloop.doctor.report import build_report
+
+
+def test_non_blocking_copy_from_unpinned_memory_is_a_sync():
+    x = torch.randn(4)
+    assert _read_kind(torch.Tensor.to, (x, "cuda"), {"non_blocking": True}) == "non_blocking copy from unpinned memory"
+    assert _read_kind(torch.Tensor.cuda, (x,), {"non_blocking": True}) == "non_blocking copy from unpinned memory"
+    assert _read_kind(torch.Tensor.to, (x, torch.device("cuda", 0)), {"non_blocking": True}) is not None
+    assert _read_kind(torch.Tensor.to, (x, "cuda"), {}) is None  # a blocking copy says what it does
+    assert _read_kind(torch.Tensor.to, (x, "cpu"), {"non_blocking": True}) is None
+    assert _read_kind(torch.Tensor.to, (x, torch.float16), {"non_blocking": True}) is None
+
+
+def test_fp32_matmuls_are_counted_per_device_and_reads_once():
+    counter = HostReadCounter()
+    dispatch = DispatchReads(counter)
+    a = torch.randn(4, 4)
+    with counter, dispatch:
+        torch.nn.functional.linear(a, a, torch.zeros(4))
+        a @ a
+        (a.bfloat16() @ a.bfloat16()).sum().item()
+    assert dispatch.fp32_matmuls["cpu"] == 2
+    assert counter.total == 1  # .item() seen at the Python level is not counted again at aten level
+
+
+def raw(**extra):
+    base = {"steps": 10, "reads": [], "timings": [], "exit_code": 0, "crashed": None, "script": None}
+    return {**base, **extra}
+
+
+def rules(report):
+    return {r["rule"]: r for r in report["recommendations"]}
+
+
+def test_cuda_recommendations_name_their_evidence():
+    adamw = {"class": "AdamW", "fused": False, "device": "cuda", "supports_fused": True}
+    gpu = {"busy_pct": 40.0, "idle_pct": 60.0}
+    rep = build_report(raw(optimizers=[adamw], fp32_matmuls={"cuda": 120}, bf16_gpu=True, gpu=gpu))
+    r = rules(rep)
+    assert "fused=True" in r["fused-optimizer"]["message"]
+    assert r["autocast"]["evidence"] == "12 fp32 matmuls per step"
+    assert "60.0%" in r["gpu-idle"]["evidence"]
+    assert rep["gpu"]["busy_pct"] == 40.0
+
+
+def test_no_cuda_recommendations_on_a_cpu_run():
+    rep = build_report(raw(optimizers=[{"class": "AdamW", "fused": False, "device": "cpu", "supports_fused": True}],
+                           fp32_matmuls={"cpu": 120}, bf16_gpu=False))  # fmt: skip
+    assert not {"fused-optimizer", "autocast", "gpu-idle"} & set(rules(rep))
+
+
+def test_teacher_under_inference_mode_is_explained():
+    crash = "RuntimeError: Inference tensors cannot be saved for backward. To work around ..."
+    rec = rules(build_report(raw(crashed=crash, exit_code=1)))["teacher-inference-mode"]
+    assert "torch.no_grad()" in rec["message"]
