@@ -15,6 +15,7 @@ import argparse
 import ast
 import dataclasses
 import difflib
+import os
 import sys
 from typing import Any
 
@@ -248,6 +249,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hotloop: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        dist_mod = sys.modules.get("hotloop.distributed")
+        if dist_mod is not None and dist_mod.is_secondary_failure(e):
+            # Another rank failed first (its own error is printed by that rank): say so in one line.
+            rank = os.environ.get("RANK", "?")
+            print(f"hotloop: rank {rank} stopped: another rank failed ({type(e).__name__})", file=sys.stderr)
+            return 1
+        raise
+    finally:
+        dist_mod = sys.modules.get("hotloop.distributed")
+        if dist_mod is not None:
+            dist_mod.teardown()
 
 
 if __name__ == "__main__":

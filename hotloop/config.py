@@ -28,7 +28,7 @@ SCHEDULES = ("constant", "linear", "cosine", "warmup_cosine", "onecycle")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PROGRESS = ("auto", "rich", "plain", "off")
-RECIPES = ("gpt",)
+RECIPES = ("gpt", "classify")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -66,6 +66,32 @@ class GPTConfig:
             _fail("gpt.n_head", self.n_head, f"a divisor of gpt.n_embd={self.n_embd}")
         if not 0.0 <= self.dropout < 1.0:
             _fail("gpt.dropout", self.dropout, "a float in [0, 1)")
+
+
+@dataclass(kw_only=True)
+class ClassifyConfig:
+    """Section `classify`: the MLP and the synthetic in-memory dataset of the `classify` recipe."""
+
+    samples: int = 8192
+    """Samples in the dataset (10% held out for validation)."""
+    features: int = 32
+    """Input features per sample."""
+    classes: int = 10
+    """Classes (Gaussian clusters, drawn from a fixed seed: the same data in every run)."""
+    hidden: int = 256
+    """Width of the residual MLP."""
+    n_layer: int = 3
+    """Residual blocks (FSDP2 shards each one)."""
+    dropout: float = 0.0
+    """Dropout inside the blocks (0: the run is deterministic, as the equivalence checks need)."""
+
+    def __post_init__(self) -> None:
+        for name in ("samples", "features", "classes", "hidden", "n_layer"):
+            _positive(f"classify.{name}", getattr(self, name))
+        if self.classes < 2:
+            _fail("classify.classes", self.classes, "an integer >= 2")
+        if not 0.0 <= self.dropout < 1.0:
+            _fail("classify.dropout", self.dropout, "a float in [0, 1)")
 
 
 @dataclass(kw_only=True)
@@ -183,8 +209,17 @@ class TrainConfig:
     """Write TensorBoard events when the `tensorboard` package is installed."""
     progress: str = "auto"
     """Console display: auto (rich on a terminal, plain lines otherwise), rich, plain, off."""
+    strategy: str = "auto"
+    """Under torchrun: auto (ddp with several processes, none with one), ddp, fsdp (FSDP2), none."""
+    shard_modules: str | None = None
+    """fsdp: comma-separated module class names to shard one by one (default: the model's
+    `hotloop_shard_modules()`/`hotloop_blocks()`, else its largest block list), then the root."""
+    dist_timeout: float = 600.0
+    """Seconds a collective may wait for the other ranks before every rank stops with an error."""
     gpt: GPTConfig = field(default_factory=GPTConfig)
     """Section: the `gpt` recipe's model."""
+    classify: ClassifyConfig = field(default_factory=ClassifyConfig)
+    """Section: the `classify` recipe's model and data."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Section: optimizer details."""
 
@@ -223,6 +258,9 @@ class TrainConfig:
         _positive("eval_batches", self.eval_batches, optional=True)
         _positive("ckpt_every", self.ckpt_every, optional=True)
         _positive("keep_last", self.keep_last)
+        if self.strategy not in ("auto", "none", "ddp", "fsdp"):
+            _fail("strategy", self.strategy, "auto, none, ddp, fsdp")
+        _positive("dist_timeout", self.dist_timeout)
         if self.on_save_error not in ("stop", "warn"):
             _fail("on_save_error", self.on_save_error, "stop, warn")
         import signal

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from hotloop.errors import DataError
 
@@ -101,9 +102,23 @@ class BatchSource:
 
 
 class TensorSlices(BatchSource):
-    """Batches sliced out of in-memory tensors with a shuffled index (one gather per tensor per batch)."""
+    """Batches sliced out of in-memory tensors with a shuffled index (one gather per tensor per batch).
 
-    def __init__(self, tensors: tuple | dict, batch_size: int, shuffle: bool, drop_last: bool, seed: int) -> None:
+    With several ranks, batch i of the epoch is the global batch `order[i*B:(i+1)*B]` with
+    `B = batch_size * world`, and rank r takes its r-th `batch_size` slice: the union of the ranks'
+    samples at every step is exactly the batch a one-process run with batch B takes at that step.
+    """
+
+    def __init__(
+        self,
+        tensors: tuple | dict,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        rank: int = 0,
+        world: int = 1,
+    ) -> None:
         leaves = list(tensors.values()) if isinstance(tensors, dict) else list(tensors)
         n = int(leaves[0].shape[0])
         for t in leaves:
@@ -111,14 +126,18 @@ class TensorSlices(BatchSource):
                 raise DataError(
                     f"in-memory tensors must share their first dimension; got {[tuple(x.shape) for x in leaves]}"
                 )
-        if drop_last and batch_size > n:
+        if drop_last and batch_size * world > n:
             raise DataError(
-                f"batch_size={batch_size} is larger than the dataset ({n} samples) and drop_last=true drops "
-                f"every batch; lower batch_size to at most {n} or set drop_last=false"
+                f"batch_size={batch_size} x {world} rank(s) is larger than the dataset ({n} samples) and "
+                f"drop_last=true drops every batch; lower batch_size to at most {n // world} or set drop_last=false"
             )
+        if world > 1 and not drop_last and n % (batch_size * world):
+            drop_last = True  # a short last global batch cannot be split evenly: every rank must step together
         self.tensors, self.n, self.batch_size = tensors, n, batch_size
         self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
-        self.length = n // batch_size if drop_last else -(-n // batch_size)
+        self.rank, self.world = rank, world
+        size = batch_size * world
+        self.length = n // size if drop_last else -(-n // size)
         self.device = leaves[0].device
 
     def place(self, device: torch.device) -> None:
@@ -137,8 +156,10 @@ class TensorSlices(BatchSource):
                 order = order.pin_memory().to(self.device, non_blocking=True)
         else:
             order = None
+        size, b = self.batch_size * self.world, self.batch_size
         for i in range(skip, self.length):
-            sl = slice(i * self.batch_size, (i + 1) * self.batch_size)
+            start = i * size + self.rank * b
+            sl = slice(start, min(start + b, self.n))
             if order is None:
                 yield tree_map(lambda t, sl=sl: t[sl], self.tensors)
             else:
@@ -262,6 +283,10 @@ class CudaPrefetcher:
         return batch
 
 
+class _Sharded(DataLoader):
+    """A DataLoader hotloop built over a DistributedSampler (so it is not warned about)."""
+
+
 def _tensor_collection(data: Any) -> tuple | dict | None:
     if isinstance(data, TensorDataset):
         return tuple(data.tensors)
@@ -289,16 +314,26 @@ def make_source(
     drop_last: bool,
     seed: int,
     num_workers: int | None = None,
+    rank: int = 0,
+    world: int = 1,
 ) -> BatchSource:
-    """Wrap `data` (see the module docstring) into a `BatchSource`."""
+    """Wrap `data` (see the module docstring) into a `BatchSource`; training data is sharded over `world` ranks."""
     if data is None:
         raise DataError(
             "no data given: pass a Dataset, a DataLoader, a tuple/dict of tensors or an iterable of batches"
         )
     tensors = _tensor_collection(data)
     if tensors is not None:
-        return TensorSlices(tensors, batch_size, shuffle=train, drop_last=drop_last and train, seed=seed)
+        return TensorSlices(
+            tensors, batch_size, shuffle=train, drop_last=drop_last and train, seed=seed, rank=rank, world=world
+        )
     if isinstance(data, DataLoader):
+        if world > 1 and not isinstance(data.sampler, DistributedSampler) and not isinstance(data, _Sharded):
+            warnings.warn(
+                f"a DataLoader without a DistributedSampler under {world} ranks: every rank trains on the same "
+                "batches; pass the Dataset itself (hotloop shards it) or use sampler=DistributedSampler(dataset)",
+                stacklevel=3,
+            )
         return LoaderSource(data)
     if isinstance(data, Dataset) and hasattr(data, "__getitem__") and not isinstance(data, IterableDataset):
         n = len(data)  # type: ignore[arg-type]
@@ -309,6 +344,11 @@ def make_source(
             )
         workers = default_workers(device) if num_workers is None else num_workers
         extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
+        if world > 1:  # DistributedSampler: the ranks' samples of step k are those of a one-process batch x world
+            sampler = DistributedSampler(data, world, rank, shuffle=train, seed=seed, drop_last=drop_last and train)
+            loader = _Sharded(data, batch_size=batch_size, sampler=sampler, drop_last=drop_last and train,
+                              num_workers=workers, pin_memory=device.type == "cuda", **extra)  # fmt: skip
+            return LoaderSource(loader)
         return LoaderSource(
             seed=seed,
             loader=DataLoader(
@@ -325,6 +365,12 @@ def make_source(
     if isinstance(data, IterableDataset):
         return LoaderSource(DataLoader(data, batch_size=batch_size, pin_memory=device.type == "cuda"))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, torch.Tensor)):
+        if world > 1 and train and not getattr(data, "rank_aware", False):
+            warnings.warn(
+                f"an iterable of batches under {world} ranks: each rank iterates it as given; make it yield this "
+                "rank's share (torch.distributed.get_rank()) and set `rank_aware = True` on it",
+                stacklevel=3,
+            )
         return IterableSource(data)
     raise DataError(
         f"cannot train on a {type(data).__name__}: pass a Dataset, a DataLoader, a tuple/dict of tensors "

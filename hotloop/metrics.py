@@ -9,6 +9,7 @@ ints kept on the host, so dividing a sum by its count needs no device read eithe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,17 +40,25 @@ class RunningSums:
         self.count = 0
 
 
-def read_scalars(values: dict[str, torch.Tensor]) -> dict[str, Any]:
+def read_scalars(
+    values: dict[str, torch.Tensor], reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+) -> dict[str, Any]:
     """Read every tensor in `values` with a single host transfer.
 
-    Scalars come back as floats, vectors (e.g. per-step flags) as lists of floats.
+    Scalars come back as floats, vectors (e.g. per-step flags) as lists of floats. `reduce` (several
+    ranks: the mean over ranks) is applied to the one flat vector first, so it is one collective.
     """
     if not values:
         return {}
     keys = list(values)
     device = values[keys[0]].device
-    flat = [values[k].detach().float().reshape(-1).to(device) for k in keys]
-    numbers = torch.cat(flat).tolist()  # sync: the one read of a boundary
+    # (a DTensor - a probe over FSDP2-sharded gradients - is made whole first; a collective, on the device)
+    local = {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in values.items()}
+    flat = [local[k].detach().float().reshape(-1).to(device) for k in keys]
+    vector = torch.cat(flat)
+    if reduce is not None:
+        vector = reduce(vector)
+    numbers = vector.tolist()  # sync: the one read of a boundary
     out: dict[str, Any] = {}
     i = 0
     for k, t in zip(keys, flat, strict=True):

@@ -69,7 +69,10 @@ def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     if not grads:
         return torch.zeros((), device=params[0].device)
     grads = [g if g.dtype in (torch.float32, torch.float64) else g.float() for g in grads]
-    return torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
+    if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor of per-shard partial norms; reduce it (on the device)
+        norm = norm.full_tensor()
+    return norm
 
 
 @dataclass

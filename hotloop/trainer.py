@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from hotloop import checkpoint as ckpt_io
-from hotloop import guard
+from hotloop import distributed, guard
 from hotloop.callbacks import Callback
 from hotloop.config import TrainConfig
 from hotloop.data import (
@@ -108,18 +108,31 @@ class Trainer:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"Trainer needs an nn.Module, got {type(model).__name__}")
         self.cfg = cfg = cfg or TrainConfig()
-        self.device = resolve_device(cfg.device)
-        seed_everything(cfg.seed)
+        self.dist, device = distributed.setup(cfg.strategy, cfg.device, cfg.dist_timeout)
+        """This rank's place in a torchrun job (rank 0 of 1 without one); see `distributed.py`."""
+        self.device = resolve_device(device)
+        seed_everything(cfg.seed)  # the same on every rank: identical initial weights before any sharding
         self.model = model.to(self.device)
         self.precision = resolve_precision(cfg.precision, self.device)
         self.loss_fn = loss_fn or default_loss_fn
         self.callbacks = list(callbacks)
         self.batch_tokens = batch_tokens
         self.compile_mode = mode = resolve_compile(cfg.compile, self.device)
+        strategy, sharded = self.dist.strategy, self.dist.strategy == "fsdp" and self.dist.active
+        if sharded:
+            if self.precision.name == "fp16":
+                raise ConfigError("precision=fp16 with strategy=fsdp is not supported; use precision=bf16 or fp32")
+            bf16 = self.precision.name == "bf16"
+            distributed.wrap_fsdp(model, cfg.shard_modules, bf16=bf16)
+            if bf16:  # FSDP2's MixedPrecisionPolicy casts parameters itself: no autocast on top
+                self.precision = resolve_precision("fp32", self.device)
+                self.precision.name = "bf16 (FSDP2 mixed precision)"
+        self.optimizer = build_optimizer(model, cfg, self.device)  # after sharding: FSDP2 swaps in DTensors
+        wrapped = distributed.wrap_ddp(model, self.device) if strategy == "ddp" and self.dist.active else model
+        self.no_sync = distributed.no_sync_for(strategy, wrapped) if self.dist.active else None
         self.forward_model: nn.Module = (
-            model if mode is None else torch.compile(model, mode=None if mode == "default" else mode)
+            wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
-        self.optimizer = build_optimizer(model, cfg, self.device)
         self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
         self.state = TrainState()
         self.history: list[dict[str, Any]] = []
@@ -135,7 +148,8 @@ class Trainer:
     # -- data --------------------------------------------------------------------------------
 
     def _source(self, data: Any, train: bool) -> BatchSource:
-        cfg = self.cfg
+        """Training data is sharded over the ranks; every rank evaluates the same validation batches."""
+        cfg, d = self.cfg, self.dist
         return make_source(
             data,
             batch_size=cfg.batch_size,
@@ -144,6 +158,8 @@ class Trainer:
             drop_last=cfg.drop_last,
             seed=cfg.seed,
             num_workers=cfg.num_workers,
+            rank=d.rank if train else 0,
+            world=d.world if train else 1,
         )
 
     def _place(self, source: BatchSource) -> None:
@@ -202,6 +218,7 @@ class Trainer:
             self.scheduler,
             self.precision,
             cfg.clip_grad,
+            no_sync=self.no_sync,
         )
         step_fn.cudagraphs = self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
         if self.state.step == 0:
@@ -210,10 +227,12 @@ class Trainer:
         self._flags: list[torch.Tensor] = []
         self._interval_start = self.state.step
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save(self.run_dir / "config.yaml")
-        console = make_console(cfg.progress, planned)
-        sinks: list[Any] = [console, JsonlSink(self.run_dir / "metrics.jsonl")]
-        if cfg.tensorboard and tensorboard_available():
+        main = self.dist.main  # only rank 0 prints and writes files
+        if main:
+            cfg.save(self.run_dir / "config.yaml")
+        console = make_console(cfg.progress if main else "off", planned)
+        sinks: list[Any] = [console, JsonlSink(self.run_dir / "metrics.jsonl")] if main else [console]
+        if main and cfg.tensorboard and tensorboard_available():
             sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
         self._loggers, self._console = Loggers(sinks), console
         self._sums, self._clock = RunningSums(), Clock()
@@ -252,10 +271,11 @@ class Trainer:
                 if state.step == 0:
                     self._probes["initial_loss"] = out.metrics["loss"]
                 state.step += 1
-                state.samples += out.samples
-                self._interval_samples += out.samples
+                samples = out.samples * self.dist.world  # every rank steps on an equal share
+                state.samples += samples
+                self._interval_samples += samples
                 if self.batch_tokens is not None:
-                    tokens = sum(self.batch_tokens(b) for b in window)
+                    tokens = sum(self.batch_tokens(b) for b in window) * self.dist.world
                     state.tokens += tokens
                     self._interval_tokens += tokens
                 self._console.advance()
@@ -263,8 +283,8 @@ class Trainer:
                     cb.on_step_end(self, out)
                 if cfg.max_steps is not None and state.step >= cfg.max_steps:
                     return  # the final boundary (log + eval in one read) is fit's
-                if self._signal is not None:
-                    self._preempt()
+                if self._signal is not None and not self.dist.active:
+                    self._preempt()  # several ranks agree to stop at a log boundary instead (`_boundary`)
                 save = bool(cfg.ckpt_every) and state.step % cfg.ckpt_every == 0
                 log = save or state.step % cfg.log_every == 0 or (cfg.log_first_step and state.step == 1)
                 evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
@@ -272,6 +292,8 @@ class Trainer:
                     self._boundary(log=log, val_source=val_source if evaluate else None)
                 if save:
                     self._save()
+                if self._stop_all:
+                    self._preempt()
             if not produced:
                 if skip:  # resumed exactly at the end of an epoch
                     self._epoch_batches = 0
@@ -300,7 +322,9 @@ class Trainer:
             pending.update(self._val_means(val_source))
         if not pending:
             return
-        values = read_scalars(pending)  # sync: log/eval boundary
+        if self.dist.active:  # did any rank receive a preemption signal? (rides along in the one collective)
+            pending["_stop"] = torch.tensor(float(self._signal is not None), device=self.device)
+        values = read_scalars(pending, reduce=self._reduce if self.dist.active else None)  # sync: log/eval boundary
         probes = {k[1:]: values.pop(k) for k in list(values) if k.startswith("_")}
         row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
         if log:
@@ -317,6 +341,9 @@ class Trainer:
             row["nonfinite_steps"] = bad_steps
         if "initial_loss" in probes:
             row["initial_loss"] = probes["initial_loss"]
+        if probes.pop("stop", 0.0) > 0 and not self._stop_all:
+            self._stop_all = True
+            self._signal = self._signal or signal.SIGTERM
         self._sums.reset()
         self._flags = []
         self._interval_start = self.state.step
@@ -331,6 +358,12 @@ class Trainer:
                 cb.on_validation_end(self, val)
         if log:
             self._after_read(row, probes, bad_steps)
+
+    def _reduce(self, flat: torch.Tensor) -> torch.Tensor:
+        """Mean over ranks of the boundary vector (metrics, eval, probes, flags): one all-reduce.
+
+        Flags (non-finite steps, the stop request) become "on any rank" as a mean > 0."""
+        return self.dist.reduce_vector(flat) / self.dist.world
 
     # -- guardrails (decided at boundaries, on values already read) ----------------------------
 
@@ -374,9 +407,8 @@ class Trainer:
                 f"{reason}; already rolled back {gs.rollbacks} time(s) (max_rollbacks={cfg.max_rollbacks}): "
                 "lower lr, raise warmup_steps or clip_grad, or inspect the data around these steps"
             )
-        state = ckpt_io.load_checkpoint(path, map_location=self.device)
+        state = self._load_into(path)
         from_step = self.state.step
-        self._load_training_state(state)
         self.state.step = state["step"]  # the data position stays: the window that caused it is skipped
         gs.rollbacks += 1
         gs.lr_scale *= cfg.lr_backoff
@@ -429,11 +461,18 @@ class Trainer:
     # -- saving and resuming ------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The complete training state. Taken at a boundary, so no on-device accumulator is pending."""
+        """The complete training state. Taken at a boundary, so no on-device accumulator is pending.
+
+        Under torchrun every rank must call it (each rank's RNG and data position are gathered)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **self._meta_state()}
+
+    def _meta_state(self) -> dict[str, Any]:
+        """Everything but the model and optimizer tensors (those go through DCP when sharded)."""
         source = getattr(self, "_train_source", None)
+        ranks = self.dist.gather_objects(
+            {"rng": ckpt_io.capture_rng(), "source": source.state_dict() if source is not None else {}}
+        )
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "precision": self.precision.state_dict(),
             "step": self.state.step,
@@ -444,19 +483,40 @@ class Trainer:
                 "epoch": self.state.epoch,
                 "batches": getattr(self, "_epoch_batches", 0),
                 "seed": self.cfg.seed,
-                "source": source.state_dict() if source is not None else {},
+                "source": ranks[0]["source"],
+                "ranks": [r["source"] for r in ranks],
             },
-            "rng": ckpt_io.capture_rng(),
+            "rng": ranks[0]["rng"],
+            "rank_rng": [r["rng"] for r in ranks],
+            "world": self.dist.world,
             "history": list(self.history),
             "guard": self.guard_state.state_dict(),
             "config": self.cfg.to_dict(),
         }
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Commit the full training state to `path`, or as the run's checkpoint of the current step."""
-        if path is not None:
-            return ckpt_io.atomic_save(self.state_dict(), path)
-        return ckpt_io.save_checkpoint(self.state_dict(), self.run_dir, self.state.step, self.cfg.keep_last)
+        """Commit the full training state to `path`, or as the run's checkpoint of the current step.
+
+        strategy=fsdp writes a sharded checkpoint through torch.distributed.checkpoint (every rank its
+        shard, reshardable to any world size); otherwise rank 0 writes one file. Under torchrun every
+        rank must call this."""
+        d = self.dist
+        if d.strategy == "fsdp":
+            meta = self._meta_state()
+            if path is not None:
+                return ckpt_io.save_sharded_to(Path(path), self.model, self.optimizer, meta, d.main, d.barrier)
+            return ckpt_io.save_sharded(
+                self.model, self.optimizer, meta, self.run_dir, self.state.step, self.cfg.keep_last, d.main, d.barrier
+            )
+        state = self.state_dict()
+        target = Path(path) if path is not None else ckpt_io.checkpoint_path(self.run_dir, self.state.step)
+        if d.main:
+            if path is not None:
+                ckpt_io.atomic_save(state, path)
+            else:
+                ckpt_io.save_checkpoint(state, self.run_dir, self.state.step, self.cfg.keep_last)
+        d.barrier()  # no rank goes on (or reads the checkpoint) before it is committed
+        return target
 
     def _save(self) -> None:
         try:
@@ -478,40 +538,62 @@ class Trainer:
         if spec is None or (spec == "auto" and not ckpt_io.committed(self.run_dir)):
             return  # resume=auto starts fresh when there is nothing to resume
         path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
-        state = ckpt_io.load_checkpoint(path, map_location=self.device)
-        self._check_compatible(state.get("config", {}), path)
-        self._load_training_state(state, path)
+        state = self._load_into(path)
+        self._check_compatible(state, path)
         self.guard_state.load_state_dict(state.get("guard", {}))
         self._apply_lr_scale()
         st = self.state
         st.step, st.epoch = state["step"], state["epoch"]
         st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
         self._epoch_batches = state["data"]["batches"]
-        source.load_state_dict(state["data"].get("source", {}))
-        ckpt_io.restore_rng(state["rng"])
+        same_world = state.get("world", 1) == self.dist.world
+        r = self.dist.rank if same_world else 0
+        ranks = state["data"].get("ranks") or [state["data"].get("source", {})]
+        source.load_state_dict(ranks[r] if r < len(ranks) else ranks[0])
+        ckpt_io.restore_rng((state.get("rank_rng") or [state["rng"]])[r] if same_world else state["rng"])
         self.history = list(state.get("history", []))
-        truncate_metrics(self.run_dir / "metrics.jsonl", st.step)
-        print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
+        if self.dist.main:
+            truncate_metrics(self.run_dir / "metrics.jsonl", st.step)
+            print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
 
-    def _load_training_state(self, state: dict[str, Any], path: Path | None = None) -> None:
-        """Model, optimizer, schedule position and precision state from a checkpoint dict."""
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as e:
-            raise ckpt_io.CheckpointError(
-                f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
-            ) from None
-        self.optimizer.load_state_dict(state["optimizer"])
+    def _load_into(self, path: Path) -> dict[str, Any]:
+        """Load a checkpoint (one file, or sharded through DCP, from any world size) into the model,
+        optimizer, schedule and precision; return the rest of its state."""
+        if ckpt_io.is_sharded(path):
+            meta = ckpt_io.load_sharded_into(path, self.model, self.optimizer)
+            self._load_training_state(meta, path, tensors=False)
+            return meta
+        state = ckpt_io.load_checkpoint(path, map_location=self.device)
+        if self.dist.strategy == "fsdp" and self.dist.active:  # a one-file checkpoint into a sharded model
+            ckpt_io.load_full_into_sharded(state, self.model, self.optimizer)
+            self._load_training_state(state, path, tensors=False)
+        else:
+            self._load_training_state(state, path)
+        return state
+
+    def _load_training_state(self, state: dict[str, Any], path: Path | None = None, tensors: bool = True) -> None:
+        """Model, optimizer (unless already loaded: `tensors=False`), schedule position and precision."""
+        if tensors:
+            try:
+                self.model.load_state_dict(state["model"])
+            except RuntimeError as e:
+                raise ckpt_io.CheckpointError(
+                    f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
+                ) from None
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
             # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
             sched = dict(state["scheduler"], lr_lambdas=[None] * len(self.scheduler.lr_lambdas))
             self.scheduler.load_state_dict(sched)
         self.precision.load_state_dict(state["precision"])
 
-    MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "seed")
+    MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "classify", "seed")
 
-    def _check_compatible(self, old: dict[str, Any], path: Path) -> None:
-        new = self.cfg.to_dict()
+    def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
+        old, new = dict(state.get("config", {})), self.cfg.to_dict()
+        if "batch_size" in old:  # batch_size is per rank: what must match is the global batch
+            old["batch_size"] = old["batch_size"] * state.get("world", 1)
+            new["batch_size"] = new["batch_size"] * self.dist.world
         changed = [f"{k}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
         if changed:
             warnings.warn(
@@ -523,6 +605,8 @@ class Trainer:
     # -- preemption --------------------------------------------------------------------------
 
     _signal: int | None = None
+    _stop_all = False
+    """Set at a boundary where some rank had received a preemption signal: every rank saves and stops."""
 
     def _install_signal_handlers(self) -> Callable[[], None]:
         """The handler only sets a flag; the loop saves at the next step boundary (never mid-backward)."""
@@ -544,7 +628,7 @@ class Trainer:
         self._signal = signum
 
     def _preempt(self) -> None:
-        signum = self._signal
+        signum = self._signal or signal.SIGTERM
         self._boundary(log=self._sums.count > 0, val_source=None)
         self._save()
         name = signal.Signals(signum).name
@@ -552,5 +636,6 @@ class Trainer:
             f"hotloop: received {name}: saved the checkpoint of step {self.state.step} in "
             f"{self.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"
         )
-        print(msg, file=sys.stderr, flush=True)
+        if self.dist.main:
+            print(msg, file=sys.stderr, flush=True)
         raise Preempted(msg, 128 + signum)

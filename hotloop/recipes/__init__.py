@@ -18,7 +18,9 @@ def get_recipe(name: str) -> Any:
     try:
         return importlib.import_module(f"hotloop.recipes.{name}")
     except ModuleNotFoundError:
-        raise ConfigError(f"unknown recipe `{name}`; available: gpt") from None
+        from hotloop.config import RECIPES
+
+        raise ConfigError(f"unknown recipe `{name}`; available: {', '.join(RECIPES)}") from None
 
 
 def recipe_defaults(name: str, device: str) -> dict[str, Any]:

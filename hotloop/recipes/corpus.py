@@ -91,6 +91,8 @@ class RandomWindows:
         self.block_size, self.batch_size = block_size, batch_size
         self.generator = torch.Generator().manual_seed(seed)  # on the CPU: the same windows on every device
         self.offsets = torch.arange(block_size + 1, device=self.device)
+        self.rank_aware = False
+        """Set when each rank was seeded differently (the recipe does): the Trainer then does not warn."""
 
     def state_dict(self) -> dict:
         """The sampler's position: its generator state (checkpointed for exact resume)."""

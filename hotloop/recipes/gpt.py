@@ -72,7 +72,10 @@ def build(cfg: TrainConfig) -> tuple[Trainer, RandomWindows, list]:
     seed_everything(cfg.seed)  # the model's initialisation depends on the seed too
     trainer = Trainer(GPT(g), cfg, batch_tokens=tokens_in)
     on_device = trainer.device if trainer.device.type == "cuda" and cfg.data_on_device is not False else None
-    train_batches = RandomWindows(train, g.block_size, cfg.batch_size, seed=cfg.seed, device=on_device)
+    # Under torchrun each rank draws its own windows (seed + rank): the ranks' batches together are one global batch.
+    seed = cfg.seed + 1_000_003 * trainer.dist.rank
+    train_batches = RandomWindows(train, g.block_size, cfg.batch_size, seed=seed, device=on_device)
+    train_batches.rank_aware = True
     val_batches = eval_windows(val, g.block_size, cfg.batch_size, cfg.eval_batches or 16)
     return trainer, train_batches, val_batches
 
@@ -80,6 +83,8 @@ def build(cfg: TrainConfig) -> tuple[Trainer, RandomWindows, list]:
 def run(cfg: TrainConfig, say: Any = print) -> Trainer:
     """Train, evaluate, save, and print the final validation loss and a sample."""
     trainer, train_batches, val_batches = build(cfg)
+    if not trainer.dist.main:
+        say = _silent
     n_params = sum(p.numel() for p in trainer.model.parameters())
     say(
         f"gpt: {n_params / 1e6:.2f}M parameters, device={trainer.device}, precision={trainer.precision.name}, "
@@ -94,6 +99,10 @@ def run(cfg: TrainConfig, say: Any = print) -> Trainer:
     text = sample_text(trainer.model, "def ", 200, device=trainer.device, seed=cfg.seed)
     say("sample:\n" + text)
     return trainer
+
+
+def _silent(*args: Any) -> None:
+    """Ranks other than 0 say nothing."""
 
 
 def sample_text(
