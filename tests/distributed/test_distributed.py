@@ -192,3 +192,25 @@ def test_a_failing_rank_stops_every_rank(tmp_path):
     assert time.monotonic() - t0 < 90  # no hang: well inside the 30 s collective timeout plus start-up
     out = res.stdout + res.stderr
     assert out.count("ValueError: planted failure on rank 1") == 1, out[-4000:]
+
+
+def test_sigterm_under_torchrun_saves_once_at_an_agreed_boundary(tmp_path):
+    import signal
+
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hotloop"]
+    args = [*BASE, "max_steps=100000", "batch_size=16", "strategy=ddp", "ckpt_every=null", "eval_every=0"]
+    args.append("run_dir=run")
+    log = tmp_path / "out.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen([*launch, "fit", *args], cwd=tmp_path, env=env(), stdout=sink, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and "step 15/" not in log.read_text():
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # torchrun forwards it to every rank
+        proc.wait(timeout=120)
+    out = log.read_text()
+    assert proc.returncode != 0
+    (ckpt,) = (tmp_path / "run" / "checkpoints").glob("step_*.pt")  # one checkpoint, written by rank 0 only
+    step = int(ckpt.stem.split("_")[1])
+    assert step % 5 == 0  # the ranks stopped together at a log boundary
+    assert out.count("received SIGTERM: saved the checkpoint") == 1, out[-3000:]
