@@ -28,7 +28,7 @@ SCHEDULES = ("constant", "linear", "cosine", "warmup_cosine", "onecycle")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PROGRESS = ("auto", "rich", "plain", "off")
-RECIPES = ("gpt", "classify")
+RECIPES = ("gpt", "classify", "distill")
 
 
 def _fail(name: str, value: Any, allowed: str) -> None:
@@ -92,6 +92,38 @@ class ClassifyConfig:
             _fail("classify.classes", self.classes, "an integer >= 2")
         if not 0.0 <= self.dropout < 1.0:
             _fail("classify.dropout", self.dropout, "a float in [0, 1)")
+
+
+@dataclass(kw_only=True)
+class DistillConfig:
+    """Section `distill`: knowledge distillation (the `distill` recipe; `gpt.*` is the student there)."""
+
+    alpha: float = 0.5
+    """Weight of the KD term: alpha * T^2 * KL + (1 - alpha) * CE. 0 trains without the teacher."""
+    temperature: float = 2.0
+    """Initial (or fixed) softmax temperature T."""
+    learn_temperature: bool = True
+    """Learn T (a positive parameterisation, in the optimizer without weight decay)."""
+    t_min: float = 1.0
+    """Lower clamp of T; reaching it is reported."""
+    t_max: float = 10.0
+    """Upper clamp of T; reaching it is reported."""
+    top_k: int = 64
+    """Teacher logits kept per position in the cache (values fp16, indices int32); >= vocabulary: all."""
+    samples: int = 4096
+    """Fixed training windows (the cache holds the teacher's logits for each one)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            _fail("distill.alpha", self.alpha, "a float in [0, 1]")
+        _positive("distill.temperature", self.temperature)
+        _positive("distill.t_min", self.t_min)
+        if self.t_max <= self.t_min:
+            _fail("distill.t_max", self.t_max, f"a number > distill.t_min={self.t_min}")
+        if not self.t_min <= self.temperature <= self.t_max:
+            _fail("distill.temperature", self.temperature, f"a number in [t_min, t_max] = [{self.t_min}, {self.t_max}]")
+        _positive("distill.top_k", self.top_k)
+        _positive("distill.samples", self.samples)
 
 
 @dataclass(kw_only=True)
@@ -220,6 +252,14 @@ class TrainConfig:
     """Section: the `gpt` recipe's model."""
     classify: ClassifyConfig = field(default_factory=ClassifyConfig)
     """Section: the `classify` recipe's model and data."""
+    teacher: str | None = None
+    """distill: run directory of a trained `gpt` run to distill from; unset: a default teacher trained once
+    and kept in the cache directory (keyed by its config)."""
+    teacher_cache: str = "auto"
+    """distill: auto (teacher logits cached under the cache directory, keyed by teacher, data and top_k),
+    a directory, or off (run the teacher every step)."""
+    distill: DistillConfig = field(default_factory=DistillConfig)
+    """Section: knowledge distillation."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Section: optimizer details."""
 

@@ -137,6 +137,9 @@ class Trainer:
         self.state = TrainState()
         self.history: list[dict[str, Any]] = []
         """Every row written to metrics.jsonl by this trainer, in order."""
+        self.host_metrics: dict[str, Callable[[], Any]] = {}
+        """Host-side values added to every log row (e.g. a Python counter): called at log boundaries only,
+        and must not read the device."""
         self.run_dir = Path(cfg.run_dir)
         if cfg.num_classes is None and getattr(self.loss_fn, "num_classes", None):
             cfg = self.cfg = cfg.replace(num_classes=self.loss_fn.num_classes)  # the loss function knows C
@@ -333,6 +336,7 @@ class Trainer:
             row["samples_per_s"] = self._interval_samples / max(interval, 1e-9)
             if self.batch_tokens is not None:
                 row["tokens_per_s"] = self._interval_tokens / max(interval, 1e-9)
+            row.update({k: fn() for k, fn in self.host_metrics.items()})
         val = {k: v for k, v in values.items() if k.startswith("val_")}
         row.update(val)
         row["elapsed_s"] = round(elapsed, 3)
