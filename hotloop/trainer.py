@@ -436,7 +436,7 @@ class Trainer:
     def _val_means(self, source: BatchSource) -> dict[str, torch.Tensor]:
         """Sample-weighted validation means as device tensors (`val_*`); no host read."""
         was_training = self.model.training
-        self.model.eval()
+        self.forward_model.eval()  # the wrappers too (DDP, torch.compile): a loss_fn may ask `model.training`
         sums: dict[str, torch.Tensor] = {}
         seen = 0
         devices = [self.device] if self.device.type == "cuda" else []
@@ -453,7 +453,7 @@ class Trainer:
                         sums[k] = sums[k] + v if k in sums else v
                     seen += n
         finally:
-            self.model.train(was_training)
+            self.forward_model.train(was_training)
         if not seen:
             raise DataError("the validation data yielded no batch; pass a non-empty val_data")
         return {f"val_{k}": v / seen for k, v in sums.items()}

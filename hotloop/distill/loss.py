@@ -160,7 +160,7 @@ class Distiller:
                 f"teacher vocabulary {self.vocab} != student vocabulary {logits.shape[-1]}: the student must "
                 "predict over the teacher's tokens"
             )
-        if not model.training:
+        if not model.training or not torch.is_grad_enabled():
             ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
             return {"loss": ce}
         if self.alpha == 0.0:  # no distillation: the same student trained on the labels alone (a baseline)

@@ -214,3 +214,22 @@ def test_sigterm_under_torchrun_saves_once_at_an_agreed_boundary(tmp_path):
     step = int(ckpt.stem.split("_")[1])
     assert step % 5 == 0  # the ranks stopped together at a log boundary
     assert out.count("received SIGTERM: saved the checkpoint") == 1, out[-3000:]
+
+
+def test_distill_under_torchrun_builds_the_cache_once_and_never_runs_the_teacher(tmp_path):
+    tiny = ["gpt.n_layer=1", "gpt.n_embd=32", "gpt.n_head=2", "gpt.block_size=32", "batch_size=8", "eval_batches=2",
+            "progress=plain", "tensorboard=false"]  # fmt: skip
+    hotloop = [sys.executable, "-m", "hotloop", "fit"]
+    res = subprocess.run([*hotloop, *tiny, "max_steps=10", "run_dir=teacher"], cwd=tmp_path, env=env(),
+                         capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "hotloop"]
+    args = [*tiny, "recipe=distill", "teacher=teacher", "max_steps=10", "log_every=5", "eval_every=5",
+            "distill.samples=64", "run_dir=student"]  # fmt: skip
+    res = subprocess.run([*launch, "fit", *args], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-6000:]
+    assert res.stdout.count("teacher cache: 64/64") == 1  # rank 0 built it, rank 1 waited
+    counts = {
+        r["teacher_forwards"] for r in map(json.loads, (tmp_path / "student/metrics.jsonl").read_text().splitlines())
+    }
+    assert counts == {2}  # the build's 2 batches of 32; none in training or evaluation

@@ -216,3 +216,12 @@ def test_default_teacher_is_trained_once_and_kept_in_the_cache(monkeypatch, tmp_
     assert distill.default_teacher(cfg, said.append) == first and not said  # reused, not retrained
     tiny["gpt"] = {**tiny["gpt"], "n_embd": 32}  # another teacher config: another directory
     assert distill.default_teacher(cfg, said.append) != first
+
+
+def test_a_temperature_collapsed_to_its_bound_is_reported():
+    from hotloop.recipes.distill import TemperatureWatch
+
+    watch = TemperatureWatch(Temperature(2.0, t_min=1.0, t_max=5.0))
+    watch.on_log(None, {"step": 10, "temperature": 1.7})
+    with pytest.warns(UserWarning, match="collapsed to its lower bound 1.0 at step 20"):
+        watch.on_log(None, {"step": 20, "temperature": 1.0})
