@@ -127,5 +127,8 @@ def load_model(run_dir: str | Path, device: str = "auto") -> tuple[GPT, TrainCon
     cfg = build_config(ckpt["config"])
     dev = resolve_device(device)
     model = GPT(cfg.gpt)
-    model.load_state_dict(ckpt["model"])
+    state = ckpt["model"]
+    if cfg.recipe == "distill":  # the student of a distill run (its state also holds the temperature)
+        state = {k.removeprefix("student."): v for k, v in state.items() if k.startswith("student.")}
+    model.load_state_dict(state)
     return model.to(dev), cfg, dev

@@ -74,3 +74,10 @@ def test_a_missing_teacher_is_a_clear_error(teacher):
     res = subprocess.run([sys.executable, "-m", "hotloop", "fit", *STUDENT, "teacher=nope", "run_dir=x"],
                          cwd=teacher, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 2 and "teacher=nope does not exist" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sample_and_validate_a_distilled_student(teacher):
+    hotloop(teacher, "fit", *STUDENT, "teacher=teacher", "run_dir=sv")
+    res = hotloop(teacher, "sample", "run_dir=sv", "prompt=def ", "max_new_tokens=10")
+    assert res.stdout.startswith("def ")
+    assert "val_loss" in hotloop(teacher, "validate", "run_dir=sv").stdout
