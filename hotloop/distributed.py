@@ -164,7 +164,7 @@ def wrap_fsdp(model: nn.Module, names: str | None, bf16: bool) -> nn.Module:
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
     kwargs: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
-    for block in shard_targets(model, names):
+    for block in reversed(shard_targets(model, names)):  # inner modules before the ones that contain them
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
     return model

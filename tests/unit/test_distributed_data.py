@@ -58,3 +58,16 @@ def test_strategy_values():
         resolve_strategy("none", 2)
     with pytest.raises(ConfigError, match="strategy"):
         TrainConfig(strategy="zero3")
+
+
+def test_fsdp_shard_targets():
+    from hotloop.config import ClassifyConfig
+    from hotloop.distributed import shard_targets
+    from hotloop.recipes.classify import MLP, Block
+
+    model = MLP(ClassifyConfig(n_layer=3))
+    assert shard_targets(model, None) == list(model.blocks)  # the model's hotloop_blocks()
+    assert all(isinstance(m, Block) for m in shard_targets(model, "Block")) and len(shard_targets(model, "Block")) == 3
+    assert len(shard_targets(model, "Block, LayerNorm")) == 3 + 3 + 1
+    with pytest.raises(ConfigError, match="shard_modules=Blok matches no submodule; classes in this model: .*Block"):
+        shard_targets(model, "Blok")
