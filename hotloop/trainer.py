@@ -238,7 +238,7 @@ class Trainer:
         if main and cfg.tensorboard and tensorboard_available():
             sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
         self._loggers, self._console = Loggers(sinks), console
-        self._sums, self._clock = RunningSums(), Clock()
+        self._sums, self._clock, self._interval_time = RunningSums(), Clock(), 0.0
         self._interval_samples = self._interval_tokens = 0
         self.model.train()
         for cb in self.callbacks:
@@ -315,7 +315,8 @@ class Trainer:
 
     def _boundary(self, log: bool, val_source: BatchSource | None) -> None:
         """Read every pending metric with one host transfer, then write the row everywhere."""
-        elapsed, interval = self._clock.lap()
+        elapsed, since = self._clock.lap()
+        self._interval_time += since  # training time only: evaluation time is excluded below
         pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
         if log:
             pending.update({f"_{k}": v for k, v in self._probes.items()})
@@ -333,9 +334,9 @@ class Trainer:
         if log:
             row.update({k: values[k] for k in self._sums.sums})
             row["lr"] = self._last_lr
-            row["samples_per_s"] = self._interval_samples / max(interval, 1e-9)
+            row["samples_per_s"] = self._interval_samples / max(self._interval_time, 1e-9)
             if self.batch_tokens is not None:
-                row["tokens_per_s"] = self._interval_tokens / max(interval, 1e-9)
+                row["tokens_per_s"] = self._interval_tokens / max(self._interval_time, 1e-9)
             row.update({k: fn() for k, fn in self.host_metrics.items()})
         val = {k: v for k, v in values.items() if k.startswith("val_")}
         row.update(val)
@@ -348,10 +349,12 @@ class Trainer:
         if probes.pop("stop", 0.0) > 0 and not self._stop_all:
             self._stop_all = True
             self._signal = self._signal or signal.SIGTERM
-        self._sums.reset()
-        self._flags = []
-        self._interval_start = self.state.step
-        self._interval_samples = self._interval_tokens = 0
+        if log:  # an eval-only boundary leaves the log interval running (its sums and non-finite flags unread)
+            self._sums.reset()
+            self._flags = []
+            self._interval_start = self.state.step
+            self._interval_samples = self._interval_tokens = 0
+            self._interval_time = 0.0
         self._clock.last = time.perf_counter()  # evaluation time does not count as training time
         self.history.append(row)
         self._loggers.log(row)

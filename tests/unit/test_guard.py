@@ -159,3 +159,14 @@ def test_debug_anomaly_names_the_module(tmp_path):
                 loss_fn=lambda m, b: (m(b[0]).squeeze(-1) - b[1]).pow(2).mean())  # fmt: skip
     with pytest.raises(GuardError, match=r"module `1` \(SqrtAtZero\)"):
         t.fit(regression_data(16))
+
+
+def test_an_eval_only_boundary_does_not_drop_the_log_interval(tmp_path):
+    data = _batches()
+    data[1] = _poison(data[1])  # step 2; evaluation at step 3 (not a log step), the log at step 4
+    trainer = Trainer(Regressor(), _cfg(tmp_path, log_every=4, eval_every=3))
+    with pytest.warns(UserWarning, match=r"steps \[2\]"):
+        trainer.fit(data, val_data=_batches(2, seed=1))
+    logged = [r for r in trainer.history if "loss" in r]
+    assert logged[0]["step"] == 4 and logged[0]["nonfinite_steps"] == [2]
+    assert "val_loss" in trainer.history[0] and trainer.history[0]["step"] == 3
