@@ -598,10 +598,11 @@ class Trainer:
 
     def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
         old, new = dict(state.get("config", {})), self.cfg.to_dict()
-        if "batch_size" in old:  # batch_size is per rank: what must match is the global batch
+        if "batch_size" in old:
             old["batch_size"] = old["batch_size"] * state.get("world", 1)
             new["batch_size"] = new["batch_size"] * self.dist.world
-        changed = [f"{k}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
+        label = {"batch_size": "batch_size x ranks"}  # per rank: what must match is the global batch
+        changed = [f"{label.get(k, k)}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
         if changed:
             warnings.warn(
                 f"resuming {path} with a config that changes the math ({'; '.join(changed)}): the run will not "

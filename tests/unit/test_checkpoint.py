@@ -228,7 +228,7 @@ def test_resuming_a_finished_run_takes_no_extra_step(init_model, tmp_path):
 def test_config_change_that_alters_the_math_is_reported(init_model, tmp_path):
     _run_with_ckpts(init_model, tmp_path, steps=4)
     t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=6, batch_size=4, resume="auto"))
-    with pytest.warns(UserWarning, match=r"changes the math \(batch_size: 8 -> 4\)"):
+    with pytest.warns(UserWarning, match=r"changes the math \(batch_size x ranks: 8 -> 4\)"):
         t.fit(DATA)
 
 
