@@ -124,6 +124,15 @@ def _validate(args: argparse.Namespace) -> int:
     from hotloop.trainer import Trainer
 
     opts = _keyvals(args.overrides, {"run_dir": None, "device": "auto", "eval_batches": 16})
+    from hotloop.checkpoint import load_checkpoint
+
+    if load_checkpoint(opts["run_dir"])["config"].get("recipe") == "classify":
+        from hotloop.recipes.classify import load_for_validation
+
+        model, cfg, val_data = load_for_validation(opts["run_dir"], opts["device"])
+        for k, v in Trainer(model, cfg).validate(val_data).items():
+            print(f"{k}: {v:.4f}")
+        return 0
     model, cfg, _ = load_model(opts["run_dir"], opts["device"])
     cfg = build_config(
         parse_overrides([f"device={opts['device']}", f"eval_batches={opts['eval_batches']}"]), base=cfg.to_dict()

@@ -99,6 +99,18 @@ def build(cfg: TrainConfig) -> tuple[Trainer, tuple, tuple]:
     return trainer, train, val
 
 
+def load_for_validation(run_dir: str, device: str) -> tuple[MLP, TrainConfig, tuple]:
+    """A finished run's model, config and validation split (for `hotloop validate`)."""
+    from hotloop.checkpoint import load_checkpoint
+    from hotloop.config import build_config
+
+    state = load_checkpoint(run_dir)
+    cfg = build_config(state["config"], {"device": device, "strategy": "none"})
+    model = MLP(cfg.classify)
+    model.load_state_dict(state["model"])
+    return model, cfg, make_data(cfg.classify)[1]
+
+
 def run(cfg: TrainConfig, say: Any = print) -> Trainer:
     trainer, train, val = build(cfg)
     if trainer.dist.main:

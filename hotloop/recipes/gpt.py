@@ -18,6 +18,7 @@ import torch
 
 from hotloop.checkpoint import load_checkpoint
 from hotloop.config import TrainConfig, build_config
+from hotloop.errors import ConfigError
 from hotloop.recipes.corpus import RandomWindows, eval_windows, load_corpus
 from hotloop.recipes.gptmodel import GPT
 from hotloop.trainer import Trainer, resolve_device, seed_everything
@@ -125,6 +126,10 @@ def sample_text(
 def load_model(run_dir: str | Path, device: str = "auto") -> tuple[GPT, TrainConfig, torch.device]:
     ckpt = load_checkpoint(run_dir)
     cfg = build_config(ckpt["config"])
+    if cfg.recipe not in (None, "gpt", "distill"):
+        raise ConfigError(
+            f"run_dir={run_dir} is a `{cfg.recipe}` run; sampling needs a byte-level model (a gpt or distill run)"
+        )
     dev = resolve_device(device)
     model = GPT(cfg.gpt)
     state = ckpt["model"]

@@ -93,3 +93,17 @@ def test_overfit_one_batch_drives_the_loss_below_a_tenth(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if "loss" in r]
     assert losses[-1] < 0.1 * rows[0]["initial_loss"], losses
+
+
+def test_classify_recipe_fits_and_validates(tmp_path):
+    res = hotloop("fit", "recipe=classify", "max_steps=20", "log_every=10", "eval_every=20", "run_dir=c",
+                  "progress=plain", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "final validation: loss" in res.stdout
+    rows = [json.loads(line) for line in (tmp_path / "c" / "metrics.jsonl").read_text().splitlines()]
+    first = rows[0]["initial_loss"]
+    assert abs(first - math.log(10)) / math.log(10) < 0.15  # ln(classes) at initialisation
+    val = hotloop("validate", "run_dir=c", cwd=tmp_path)
+    assert val.returncode == 0 and "val_acc" in val.stdout
+    bad = hotloop("sample", "run_dir=c", cwd=tmp_path)
+    assert bad.returncode == 2 and "is a `classify` run" in bad.stderr and "Traceback" not in bad.stderr
