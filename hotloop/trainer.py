@@ -543,6 +543,8 @@ class Trainer:
     def _resume(self, source: BatchSource) -> None:
         spec = self.cfg.resume
         if spec is None or (spec == "auto" and not ckpt_io.committed(self.run_dir)):
+            if self.state.step == 0:
+                self._set_aside_previous_run()
             return  # resume=auto starts fresh when there is nothing to resume
         path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
         state = self._load_into(path)
@@ -562,6 +564,29 @@ class Trainer:
         if self.dist.main:
             truncate_metrics(self.run_dir / "metrics.jsonl", st.step)
             print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
+
+    def _set_aside_previous_run(self) -> None:
+        """A fresh run in a run_dir holding another run's checkpoints or metrics moves them to
+        `previous/<time>/` first: nothing is lost, and neither metrics.jsonl nor a later resume=auto mixes
+        the two runs."""
+        if self.dist.main:
+            ckpts, metrics = self.run_dir / ckpt_io.CKPT_DIR, self.run_dir / "metrics.jsonl"
+            old = [p for p in (ckpts, metrics) if p.is_file() or (p.is_dir() and any(p.iterdir()))]
+            if old:
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                dest = self.run_dir / "previous" / stamp
+                n = 1
+                while dest.exists():
+                    n += 1
+                    dest = self.run_dir / "previous" / f"{stamp}-{n}"
+                dest.mkdir(parents=True)
+                for p in old:
+                    p.rename(dest / p.name)
+                print(
+                    f"hotloop: {self.run_dir} held a previous run; moved its {' and '.join(p.name for p in old)} to "
+                    f"{dest} (to continue a run instead, pass resume=auto)"
+                )
+        self.dist.barrier()
 
     def _load_into(self, path: Path) -> dict[str, Any]:
         """Load a checkpoint (one file, or sharded through DCP, from any world size) into the model,

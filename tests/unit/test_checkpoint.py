@@ -239,3 +239,16 @@ def test_resume_into_a_different_model_is_a_clear_error(init_model, tmp_path):
                 loss_fn=lambda m, b: (m(b[0]).squeeze(-1) - b[1]).pow(2).mean())  # fmt: skip
     with pytest.raises(ck.CheckpointError, match="does not fit this model"):
         t.fit(DATA)
+
+
+def test_a_fresh_run_sets_the_previous_one_aside(tmp_path, capsys):
+    Trainer(DropNet(), _cfg(tmp_path, max_steps=20, ckpt_every=10)).fit(DATA, VAL)
+    first = (tmp_path / "metrics.jsonl").read_text()
+    second = Trainer(DropNet(), _cfg(tmp_path, max_steps=10, seed=8)).fit(DATA, VAL)
+    assert "held a previous run" in capsys.readouterr().out
+    (old,) = (tmp_path / "previous").iterdir()
+    assert (old / "metrics.jsonl").read_text() == first  # nothing lost
+    assert [c.step for c in ck.committed(old)] == [10, 20]
+    rows = [r for r in second.history if "loss" in r]
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == len(second.history) and rows[-1]["step"] == 10
+    assert [c.step for c in ck.committed(tmp_path)] == [10]  # resume=auto now continues the new run, not the old
