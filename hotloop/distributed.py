@@ -162,6 +162,11 @@ def wrap_fsdp(model: nn.Module, names: str | None, bf16: bool) -> nn.Module:
     """Shard `model` in place with FSDP2 (blocks, then the root)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # As DDP does: every rank starts from rank 0's weights. fully_shard keeps each rank's own slice, so
+    # ranks that built the model from different RNG states would otherwise stitch together different inits.
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(t.data, src=0)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
     kwargs: dict[str, Any] = {"mp_policy": mp} if mp is not None else {}
     for block in reversed(shard_targets(model, names)):  # inner modules before the ones that contain them

@@ -233,3 +233,73 @@ def test_distill_under_torchrun_builds_the_cache_once_and_never_runs_the_teacher
         r["teacher_forwards"] for r in map(json.loads, (tmp_path / "student/metrics.jsonl").read_text().splitlines())
     }
     assert counts == {2}  # the build's 2 batches of 32; none in training or evaluation
+
+
+SAMPLER_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+    import hotloop
+    from hotloop.recipes.classify import MLP, make_data
+    from hotloop.config import ClassifyConfig
+
+    batch, out = int(sys.argv[1]), sys.argv[2]
+    torch.manual_seed(0)  # the model is built before the Trainer seeds: the same initial weights as one process
+    c = ClassifyConfig(samples=600, hidden=32, n_layer=2)
+    (x, y), _ = make_data(c)
+    cfg = hotloop.TrainConfig(max_steps=12, batch_size=batch, log_every=3, epochs=3, ckpt_every=None,
+                              progress="off", tensorboard=False, run_dir="run")
+    trainer = hotloop.Trainer(MLP(c), cfg)  # joins the torchrun job (if any) before the sampler asks for it
+    d = trainer.dist
+    sampler = DistributedSampler(torch.utils.data.TensorDataset(x, y), num_replicas=d.world, rank=d.rank, seed=5)
+    loader = DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch, sampler=sampler, drop_last=True)
+    trainer.fit(loader)
+    if d.main:
+        json.dump([r["loss"] for r in trainer.history if "loss" in r], open(out, "w"))
+""")
+
+
+def test_distributed_sampler_loaders_equal_one_process_with_twice_the_batch(tmp_path):
+    """A user's DataLoader over a DistributedSampler: the epoch is set for it, and 2 ranks x 8 == 1 x 16."""
+    script = tmp_path / "sampler.py"
+    script.write_text(SAMPLER_SCRIPT)
+    one = subprocess.run([sys.executable, str(script), "16", "one.json"], cwd=tmp_path, env=env(),
+                         capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    two = subprocess.run([*launch, "8", "two.json"], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                         timeout=240)  # fmt: skip
+    assert two.returncode == 0, two.stderr[-6000:]
+    a, b = json.loads((tmp_path / "one.json").read_text()), json.loads((tmp_path / "two.json").read_text())
+    assert len(a) == len(b) == 4
+    for u, v in zip(a, b, strict=True):
+        assert math.isclose(u, v, rel_tol=1e-5), (a, b)
+
+
+INIT_SCRIPT = textwrap.dedent("""
+    import sys
+    import torch
+    import torch.distributed as dist
+    import hotloop
+    from hotloop.recipes.classify import MLP
+    from hotloop.config import ClassifyConfig
+
+    model = MLP(ClassifyConfig(hidden=32, n_layer=2))  # unseeded: every process draws its own weights
+    mine = {k: v.clone() for k, v in model.state_dict().items()}
+    hotloop.Trainer(model, hotloop.TrainConfig(strategy="fsdp", progress="off", run_dir="run"))
+    full = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    ref = [mine]
+    dist.broadcast_object_list(ref, src=0)
+    same_as_rank0 = all(torch.equal(full[k], ref[0][k]) for k in full)
+    differed = not all(torch.equal(mine[k], ref[0][k]) for k in mine)
+    print(f"rank {dist.get_rank()}: same_as_rank0={same_as_rank0} own_init_differed={differed}", flush=True)
+""")
+
+
+def test_fsdp_starts_every_rank_from_rank0_weights(tmp_path):
+    script = tmp_path / "init.py"
+    script.write_text(INIT_SCRIPT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    res = subprocess.run(cmd, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-6000:]
+    assert "rank 1: same_as_rank0=True own_init_differed=True" in res.stdout, res.stdout
