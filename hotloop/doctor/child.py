@@ -91,10 +91,12 @@ class Profiled:
 
     FIRST, LAST = 2, 5
 
-    def __init__(self, trace: str, cuda: bool) -> None:
+    def __init__(self, trace: str, cuda: bool, counter: Any) -> None:
         import torch
 
         self.trace, self.cuda, self.prof, self.t0 = trace, cuda, None, 0.0
+        self.counter = counter
+        """The profiler's own synchronize calls run with `counter.depth` raised: they are not the script's."""
         self.busy: dict[str, float] = {}
         acts = [torch.profiler.ProfilerActivity.CPU]
         if cuda:
@@ -105,10 +107,14 @@ class Profiled:
         import torch
 
         if steps == self.FIRST:
-            if self.cuda:
-                torch.cuda.synchronize()
-            self.prof = torch.profiler.profile(activities=self.activities)
-            self.prof.__enter__()
+            self.counter.depth += 1
+            try:
+                if self.cuda:
+                    torch.cuda.synchronize()
+                self.prof = torch.profiler.profile(activities=self.activities)
+                self.prof.__enter__()
+            finally:
+                self.counter.depth -= 1
             self.t0 = time.perf_counter()
         elif steps == self.LAST:
             self.finish()
@@ -119,10 +125,14 @@ class Profiled:
         if self.prof is None:
             return
         prof, self.prof = self.prof, None
-        if self.cuda:
-            torch.cuda.synchronize()
-        wall_us = (time.perf_counter() - self.t0) * 1e6
-        prof.__exit__(None, None, None)
+        self.counter.depth += 1
+        try:
+            if self.cuda:
+                torch.cuda.synchronize()
+            wall_us = (time.perf_counter() - self.t0) * 1e6
+            prof.__exit__(None, None, None)
+        finally:
+            self.counter.depth -= 1
         if self.cuda:
             kernel_us = sum(getattr(e, "self_device_time_total", 0.0) for e in prof.key_averages())
             busy = min(100.0, 100.0 * kernel_us / wall_us) if wall_us else 0.0
@@ -144,7 +154,7 @@ def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any
     timers = Timers()
     facts = Facts()
     cuda = torch.cuda.is_available()
-    profiled = Profiled(trace, cuda) if (trace or cuda) else None
+    profiled = Profiled(trace, cuda, counter) if (trace or cuda) else None
 
     def pre(opt: Any, args: Any, kwargs: Any) -> None:
         timers.opt_start = time.perf_counter()
