@@ -263,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
         if dist_mod is not None and dist_mod.is_secondary_failure(e):
             # Another rank failed first (its own error is printed by that rank): say so in one line.
             rank = os.environ.get("RANK", "?")
-            print(f"hotloop: rank {rank} stopped: another rank failed ({type(e).__name__})", file=sys.stderr)
+            first = str(e).splitlines()[0][:200] if str(e) else ""
+            print(f"hotloop: rank {rank} stopped: a collective failed, most likely because another rank did "
+                  f"({type(e).__name__}: {first})", file=sys.stderr)  # fmt: skip
             return 1
         raise
     finally:

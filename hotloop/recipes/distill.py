@@ -33,7 +33,7 @@ from hotloop.distill.cache import fingerprint_tensor
 from hotloop.recipes import gpt as gpt_recipe
 from hotloop.recipes.corpus import eval_windows, load_corpus
 from hotloop.recipes.gptmodel import GPT, VOCAB
-from hotloop.trainer import Trainer, resolve_device, seed_everything
+from hotloop.trainer import Trainer, seed_everything
 
 CPU_DEFAULTS: dict[str, Any] = {
     **gpt_recipe.CPU_DEFAULTS,
@@ -59,11 +59,7 @@ GPU_DEFAULTS: dict[str, Any] = {
 
 
 def defaults(device: str) -> dict[str, Any]:
-    try:
-        dev = resolve_device(device)
-    except Exception:
-        dev = torch.device("cpu")
-    return GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS
+    return GPU_DEFAULTS if gpt_recipe.resolves_to_cuda(device) else CPU_DEFAULTS
 
 
 def _key(obj: Any) -> str:

@@ -54,13 +54,17 @@ GPU_DEFAULTS: dict[str, Any] = {
 }
 
 
+def resolves_to_cuda(device: str) -> bool:
+    """Whether `device` names a usable GPU (a bad name is left for the Trainer to report)."""
+    try:
+        return resolve_device(device).type == "cuda"
+    except Exception:
+        return False
+
+
 def defaults(device: str) -> dict[str, Any]:
     """CPU or GPU defaults, by where `device` resolves."""
-    try:
-        dev = resolve_device(device)
-    except Exception:
-        dev = torch.device("cpu")
-    return GPU_DEFAULTS if dev.type == "cuda" else CPU_DEFAULTS
+    return GPU_DEFAULTS if resolves_to_cuda(device) else CPU_DEFAULTS
 
 
 def tokens_in(batch: tuple[torch.Tensor, torch.Tensor]) -> int:
