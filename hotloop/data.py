@@ -283,10 +283,6 @@ class CudaPrefetcher:
         return batch
 
 
-class _Sharded(DataLoader):
-    """A DataLoader hotloop built over a DistributedSampler (so it is not warned about)."""
-
-
 def _tensor_collection(data: Any) -> tuple | dict | None:
     if isinstance(data, TensorDataset):
         return tuple(data.tensors)
@@ -328,7 +324,7 @@ def make_source(
             tensors, batch_size, shuffle=train, drop_last=drop_last and train, seed=seed, rank=rank, world=world
         )
     if isinstance(data, DataLoader):
-        if world > 1 and not isinstance(data.sampler, DistributedSampler) and not isinstance(data, _Sharded):
+        if world > 1 and not isinstance(data.sampler, DistributedSampler):
             warnings.warn(
                 f"a DataLoader without a DistributedSampler under {world} ranks: every rank trains on the same "
                 "batches; pass the Dataset itself (hotloop shards it) or use sampler=DistributedSampler(dataset)",
@@ -346,7 +342,7 @@ def make_source(
         extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
         if world > 1:  # DistributedSampler: the ranks' samples of step k are those of a one-process batch x world
             sampler = DistributedSampler(data, world, rank, shuffle=train, seed=seed, drop_last=drop_last and train)
-            loader = _Sharded(data, batch_size=batch_size, sampler=sampler, drop_last=drop_last and train,
+            loader = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=drop_last and train,
                               num_workers=workers, pin_memory=device.type == "cuda", **extra)  # fmt: skip
             return LoaderSource(loader)
         return LoaderSource(

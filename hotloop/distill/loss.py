@@ -160,11 +160,11 @@ class Distiller:
                 f"teacher vocabulary {self.vocab} != student vocabulary {logits.shape[-1]}: the student must "
                 "predict over the teacher's tokens"
             )
-        if not model.training or not torch.is_grad_enabled():
+        evaluating = not model.training or not torch.is_grad_enabled()
+        if evaluating or self.alpha == 0.0:  # the student's plain CE (alpha=0: the no-distillation baseline)
             ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
-            return {"loss": ce}
-        if self.alpha == 0.0:  # no distillation: the same student trained on the labels alone (a baseline)
-            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            if evaluating:
+                return {"loss": ce}
             return {"loss": ce, "ce_loss": ce.detach(), "temperature": t.detach().float()}
         topk, full = None, None
         if "t_values" in batch:
