@@ -215,14 +215,34 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
     Returns the saved dict: `model`, `optimizer`, `scheduler`, `precision`, `step`, `epoch`, `data`,
     `rng`, `history`, `config`.
+
+    `map_location` applies to the model and optimizer tensors only: RNG states and data positions stay
+    CPU tensors whatever the device (`torch.set_rng_state` and `Generator.set_state` take nothing else),
+    so a checkpoint written on one device resumes on another.
     """
     p = resolve(path)
     if is_sharded(p):
-        return _load_sharded_full(p)
-    try:
-        return torch.load(p, map_location=map_location, weights_only=False)
-    except Exception as e:  # a file without a manifest can still be garbage
-        raise CheckpointError(f"cannot read checkpoint {p}: {e}") from None
+        state = _load_sharded_full(p)
+    else:
+        try:
+            state = torch.load(p, map_location="cpu", weights_only=False)
+        except Exception as e:  # a file without a manifest can still be garbage
+            raise CheckpointError(f"cannot read checkpoint {p}: {e}") from None
+    if str(map_location) != "cpu" and isinstance(state, dict):
+        for key in ("model", "optimizer"):
+            if key in state:
+                state[key] = _tree_to(state[key], map_location)
+    return state
+
+
+def _tree_to(obj: Any, device: str | torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return type(obj)((k, _tree_to(v, device)) for k, v in obj.items())
+    if isinstance(obj, list):
+        return [_tree_to(v, device) for v in obj]
+    return obj
 
 
 def capture_rng() -> dict[str, Any]:

@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, TensorDataset
 
 from hotloop.errors import DataError
+from hotloop.loaders import epoch_seed, seed_epoch
 
 Batch = Any
 
@@ -168,24 +169,63 @@ class TensorSlices(BatchSource):
 
 
 class LoaderSource(BatchSource):
-    """A DataLoader, with its sampler's epoch set every epoch (the classic DDP bug, fixed for everyone)."""
+    """A DataLoader, resumable: adopted (`loaders.adopt`), stateful (its own `state_dict`), or replayed.
 
-    def __init__(self, loader: DataLoader, seed: int | None = None) -> None:
-        self.loader, self.seed = loader, seed
+    - A plain `DataLoader` over a map-style dataset is rebuilt so each epoch's order and each sample's
+      random augmentation come from (seed, epoch, index), and a mid-epoch start skips batches as index
+      lists without loading them: resume is exact and costs nothing.
+    - A loader with `state_dict`/`load_state_dict` (torchdata's `StatefulDataLoader`) is checkpointed
+      through that state; it resumes without re-reading skipped batches.
+    - Anything else (a DataLoader subclass, an IterableDataset without state) is iterated as given and
+      a mid-epoch resume replays the skipped batches (with a warning: it loads them, and it is exact
+      only if the loader is deterministic).
+    Samplers' `set_epoch` is called every epoch (the classic DDP bug, fixed for everyone).
+    """
+
+    def __init__(self, loader: DataLoader, seed: int = 0) -> None:
+        from hotloop.loaders import adopt
+
+        self.loader, self.seed, self.keys = loader, seed, None
+        self.stateful = callable(getattr(loader, "state_dict", None)) and callable(
+            getattr(loader, "load_state_dict", None)
+        )
+        """The loader's own state is its position (looking ahead would move it: no prefetching)."""
+        if not self.stateful:
+            adopted = adopt(loader, seed)
+            if adopted is not None:
+                self.loader, self.keys = adopted
         try:
-            self.length = len(loader)
+            self.length = len(self.loader)
         except TypeError:
             self.length = None
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Batch]:
+        if self.keys is not None:
+            self.keys.start(epoch, skip)
+            self.loader.generator.manual_seed(epoch_seed(self.seed, epoch))  # the workers' base seed
+            return iter(self.loader)
         for obj in (self.loader.sampler, getattr(self.loader, "batch_sampler", None)):
             if hasattr(obj, "set_epoch"):
                 obj.set_epoch(epoch)
-        if self.seed is not None and self.loader.generator is not None:
-            # Loaders hotloop builds draw each epoch's order from (seed, epoch): reproducible on resume.
-            self.loader.generator.manual_seed(self.seed * 1_000_003 + epoch)
-        # Resuming mid-epoch replays the skipped batches' indices (not their tensors' compute).
+        if self.stateful:  # a restored state already stands at the resumed position: no skipping here
+            seed_epoch(self.loader, epoch_seed(self.seed, epoch))
+            return iter(self.loader)
+        if skip:
+            warnings.warn(
+                f"resuming inside an epoch of a {type(self.loader).__name__} hotloop cannot rebuild: the first {skip} "
+                "batches are loaded again and dropped, and the run equals the uninterrupted one only if the loader "
+                "is deterministic; a plain DataLoader over a map-style Dataset, or torchdata's StatefulDataLoader, "
+                "resume exactly without loading them",
+                stacklevel=4,
+            )
         return itertools.islice(iter(self.loader), skip, None)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loader": self.loader.state_dict()} if self.stateful else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.stateful and "loader" in state:
+            self.loader.load_state_dict(state["loader"])
 
 
 class IterableSource(BatchSource):
@@ -312,6 +352,7 @@ def make_source(
     num_workers: int | None = None,
     rank: int = 0,
     world: int = 1,
+    collate_fn: Any = None,
 ) -> BatchSource:
     """Wrap `data` (see the module docstring) into a `BatchSource`; training data is sharded over `world` ranks."""
     if data is None:
@@ -330,7 +371,7 @@ def make_source(
                 "batches; pass the Dataset itself (hotloop shards it) or use sampler=DistributedSampler(dataset)",
                 stacklevel=3,
             )
-        return LoaderSource(data)
+        return LoaderSource(data, seed=seed)
     if isinstance(data, Dataset) and hasattr(data, "__getitem__") and not isinstance(data, IterableDataset):
         n = len(data)  # type: ignore[arg-type]
         if train and drop_last and batch_size > n:
@@ -340,26 +381,19 @@ def make_source(
             )
         workers = default_workers(device) if num_workers is None else num_workers
         extra: dict[str, Any] = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
+        if collate_fn is not None:
+            extra["collate_fn"] = collate_fn
         if world > 1:  # DistributedSampler: the ranks' samples of step k are those of a one-process batch x world
             sampler = DistributedSampler(data, world, rank, shuffle=train, seed=seed, drop_last=drop_last and train)
             loader = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=drop_last and train,
                               num_workers=workers, pin_memory=device.type == "cuda", **extra)  # fmt: skip
-            return LoaderSource(loader)
-        return LoaderSource(
-            seed=seed,
-            loader=DataLoader(
-                data,
-                batch_size=batch_size,
-                shuffle=train,
-                drop_last=drop_last and train,
-                num_workers=workers,
-                pin_memory=device.type == "cuda",
-                generator=torch.Generator().manual_seed(seed),
-                **extra,
-            ),
-        )
+            return LoaderSource(loader, seed=seed)
+        loader = DataLoader(data, batch_size=batch_size, shuffle=train, drop_last=drop_last and train,
+                            num_workers=workers, pin_memory=device.type == "cuda", **extra)  # fmt: skip
+        return LoaderSource(loader, seed=seed)
     if isinstance(data, IterableDataset):
-        return LoaderSource(DataLoader(data, batch_size=batch_size, pin_memory=device.type == "cuda"))
+        extra = {"collate_fn": collate_fn} if collate_fn is not None else {}
+        return LoaderSource(DataLoader(data, batch_size=batch_size, pin_memory=device.type == "cuda", **extra))
     if isinstance(data, Iterable) and not isinstance(data, (str, bytes, torch.Tensor)):
         if world > 1 and train and not getattr(data, "rank_aware", False):
             warnings.warn(

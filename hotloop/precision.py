@@ -100,6 +100,7 @@ _PRECISIONS: dict[str, type[Precision]] = {"fp32": Precision, "bf16": BF16, "fp1
 
 def resolve_precision(name: str, device: torch.device) -> Precision:
     """Pick the precision: `auto` is bf16 on CUDA that supports it, fp16 on older CUDA, fp32 elsewhere."""
+    asked = name
     if name == "auto":
         if device.type == "cuda":
             name = "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
@@ -110,7 +111,10 @@ def resolve_precision(name: str, device: torch.device) -> Precision:
     if device.type == "cuda" and name == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError("precision=bf16 needs a GPU with native bf16 (Ampere or newer); use precision=fp16")
     if device.type == "cuda":
-        # TF32 matmuls: ~8x the fp32 matmul rate on Ampere+, with a 10-bit mantissa that training tolerates.
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        # TF32 matmuls: ~8x the fp32 matmul rate on Ampere+, with a 10-bit mantissa that training tolerates
+        # (the fp32 ops left under autocast, or a whole run with precision=auto). An explicit precision=fp32
+        # asks for true fp32, so TF32 is switched off for it.
+        tf32 = asked != "fp32"
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+        torch.backends.cudnn.allow_tf32 = tf32
     return _PRECISIONS[name](device)

@@ -12,7 +12,7 @@ average too. Everything returned is a tensor; the caller decides when to read it
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +24,7 @@ from hotloop.data import Batch
 from hotloop.data import batch_size_of as default_batch_size
 from hotloop.errors import LossError
 from hotloop.guard import nonfinite_flag, step_skipping
+from hotloop.optim import is_plateau
 from hotloop.precision import Precision
 
 LossFn = Callable[[nn.Module, Batch], Any]
@@ -38,29 +39,74 @@ def default_loss_fn(model: nn.Module, batch: Batch) -> Any:
     return model(batch)
 
 
-def as_metrics(out: Any, training: bool = True) -> dict[str, torch.Tensor]:
-    """Check a loss function's output (shapes only: no device read) and return it as a dict."""
-    if isinstance(out, torch.Tensor):
-        out = {"loss": out}
-    elif isinstance(out, dict):
+def is_metric_object(v: Any) -> bool:
+    """A stateful metric (torchmetrics `Metric`, or anything with update/compute/reset): computed at boundaries."""
+    return hasattr(v, "compute") and hasattr(v, "reset") and hasattr(v, "update") and not isinstance(v, torch.Tensor)
+
+
+def _loss_of(out: Any) -> Any:
+    """The loss inside whatever a model or loss function returned (see `as_metrics`)."""
+    if isinstance(out, (tuple, list)):
+        if not out:
+            raise LossError("the loss function returned an empty tuple; its first element must be the loss")
+        return out[0]
+    if isinstance(out, dict) and type(out) is dict:
         if "loss" not in out:
             raise LossError(f"the loss function returned a dict without a 'loss' key (keys: {sorted(out)})")
-    else:
-        raise LossError(
-            f"the loss function returned a {type(out).__name__}; return a scalar loss tensor or a dict with "
-            "'loss' (pass loss_fn=... when the model's forward returns logits)"
-        )
-    for k, v in out.items():
-        if not isinstance(v, torch.Tensor):
-            raise LossError(f"the loss function's '{k}' is a {type(v).__name__}, not a tensor")
-        if v.numel() != 1:
+        return out["loss"]
+    if hasattr(out, "loss"):  # Hugging Face ModelOutput, dataclasses, namedtuple-likes
+        loss = out.loss
+        if loss is None:
             raise LossError(
-                f"the loss function's '{k}' has shape {tuple(v.shape)}; it must be a scalar "
-                "(reduce it with .mean() or .sum())"
+                f"the model returned a {type(out).__name__} whose .loss is None: put the targets in the batch "
+                "(e.g. a `labels` key) so the model computes its loss, or pass loss_fn=..."
             )
-    if training and not out["loss"].requires_grad:
+        return loss
+    if isinstance(out, Mapping):
+        if "loss" not in out:
+            raise LossError(f"the loss function returned a mapping without a 'loss' key (keys: {sorted(out)})")
+        return out["loss"]
+    raise LossError(
+        f"the loss function returned a {type(out).__name__}; return a scalar loss tensor, a dict with 'loss', an "
+        "object with .loss (Hugging Face outputs) or a tuple whose first element is the loss (pass loss_fn=... "
+        "when the model's forward returns logits)"
+    )
+
+
+def as_metrics(out: Any, training: bool = True) -> dict[str, Any]:
+    """What a loss function returned, as `{"loss": tensor, <metric>: 0-dim tensor or Metric object, ...}`.
+
+    Accepted: a scalar tensor; a dict with "loss"; an object with `.loss` (Hugging Face `ModelOutput`,
+    dataclasses); a tuple/list whose first element is the loss. Beside the loss, only 0-dim tensors and
+    stateful metric objects (torchmetrics) are kept; logits, hidden states and other values are ignored,
+    never read. Shapes are checked, never values: no device read.
+    """
+    if isinstance(out, torch.Tensor):
+        loss, extra = out, None
+    else:
+        loss = _loss_of(out)
+        extra = out if isinstance(out, Mapping) else None
+    if not isinstance(loss, torch.Tensor):
+        raise LossError(f"the loss is a {type(loss).__name__}, not a tensor")
+    if loss.numel() != 1:
+        where = "the first element of the returned tuple" if isinstance(out, (tuple, list)) else "the loss"
+        raise LossError(
+            f"{where} has shape {tuple(loss.shape)}; return a scalar loss tensor (reduce it with .mean() or .sum()), "
+            "or pass loss_fn=... when the model's forward returns logits"
+        )
+    if training and not loss.requires_grad:
         raise LossError("the loss does not require grad: it was detached or computed under torch.no_grad()")
-    return out
+    metrics: dict[str, Any] = {"loss": loss}
+    if extra is not None:
+        for k, v in extra.items():
+            if k == "loss":
+                continue
+            if isinstance(v, torch.Tensor):
+                if v.dim() == 0:
+                    metrics[k] = v
+            elif is_metric_object(v):
+                metrics[k] = v
+    return metrics
 
 
 def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
@@ -110,6 +156,10 @@ class TrainStep:
         self.inspect_grads: Callable[[], None] | None = None
         """Called once with true gradients in place (after unscale, before clipping), then cleared."""
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        self.metric_objects: dict[str, Any] = {}
+        """Stateful metrics (torchmetrics) the loss function returned, by key: the boundary computes them."""
+        self.step_scheduler = scheduler is not None and not is_plateau(scheduler)
+        """ReduceLROnPlateau steps on a validation metric at eval boundaries instead (the Trainer does it)."""
         self.batch_size_of = batch_size_of or default_batch_size
 
     def __call__(self, window: list[Batch]) -> StepOutput:
@@ -126,6 +176,9 @@ class TrainStep:
                     out = as_metrics(self.loss_fn(self.model, batch))
                 self.precision.backward(out["loss"] / n)
             for k, v in out.items():
+                if not isinstance(v, torch.Tensor):
+                    self.metric_objects[k] = v  # updated by the loss function; computed at log boundaries
+                    continue
                 v = v.detach().float().reshape(())
                 sums[k] = sums[k] + v if k in sums else v
             samples += self.batch_size_of(batch)
@@ -144,5 +197,6 @@ class TrainStep:
         else:
             self.precision.step(self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
+        if self.step_scheduler:
+            self.scheduler.step()
         return StepOutput({k: v / n for k, v in sums.items()}, norm, samples, lr, bad)

@@ -48,8 +48,15 @@ from hotloop.errors import ConfigError, DataError, Preempted
 from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
 from hotloop.logging.console import Clock, make_console
 from hotloop.logging.jsonl import truncate_metrics
-from hotloop.metrics import RunningSums, read_scalars
-from hotloop.optim import build_optimizer, build_scheduler
+from hotloop.metrics import MetricStates, RunningSums, compute_metric_objects, read_scalars
+from hotloop.optim import (
+    build_scheduler,
+    is_plateau,
+    load_scheduler_state,
+    resolve_optimizer,
+    resolve_scheduler,
+    scale_lr,
+)
 from hotloop.precision import resolve_precision
 from hotloop.step import LossFn, TrainStep, as_metrics, default_loss_fn
 
@@ -103,7 +110,11 @@ class Trainer:
         cfg: TrainConfig | None = None,
         loss_fn: LossFn | None = None,
         callbacks: Sequence[Callback] = (),
-        batch_tokens: Callable[[Batch], int] | None = None,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        collate_fn: Callable[[list[Any]], Batch] | None = None,
+        loggers: Sequence[Any] = (),
+        batch_tokens: Callable[[Batch], int | torch.Tensor] | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise ConfigError(f"Trainer needs an nn.Module, got {type(model).__name__}")
@@ -117,6 +128,11 @@ class Trainer:
         self.loss_fn = loss_fn or default_loss_fn
         self.callbacks = list(callbacks)
         self.batch_tokens = batch_tokens
+        """Tokens in a batch: a Python int, or a tensor (summed on the device, read at log boundaries)."""
+        self.collate_fn = collate_fn
+        """Used by every DataLoader hotloop builds (training and validation)."""
+        self.extra_loggers = list(loggers)
+        """User sinks: anything with `log(row)` (and optionally `close()`), fed on rank 0."""
         self.compile_mode = mode = resolve_compile(cfg.compile, self.device)
         strategy, sharded = self.dist.strategy, self.dist.strategy == "fsdp" and self.dist.active
         if sharded:
@@ -127,13 +143,18 @@ class Trainer:
             if bf16:  # FSDP2's MixedPrecisionPolicy casts parameters itself: no autocast on top
                 self.precision = resolve_precision("fp32", self.device)
                 self.precision.name = "bf16 (FSDP2 mixed precision)"
-        self.optimizer = build_optimizer(model, cfg, self.device)  # after sharding: FSDP2 swaps in DTensors
+        if isinstance(optimizer, torch.optim.Optimizer) and sharded:
+            raise ConfigError("strategy=fsdp replaces the parameters: pass optimizer= as a factory, not an instance")
+        note = print if self.dist.main else (lambda *_: None)
+        # after sharding: FSDP2 swaps in DTensors
+        self.optimizer = resolve_optimizer(optimizer, model, cfg, self.device, note=note)
         wrapped = distributed.wrap_ddp(model, self.device) if strategy == "ddp" and self.dist.active else model
         self.no_sync = distributed.no_sync_for(strategy, wrapped) if self.dist.active else None
         self.forward_model: nn.Module = (
             wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
-        self.scheduler: torch.optim.lr_scheduler.LambdaLR | None = None
+        self.scheduler: Any = resolve_scheduler(scheduler, self.optimizer) if scheduler is not None else None
+        """Stepped once per optimizer step (ReduceLROnPlateau: at evaluations, on val_loss)."""
         self.state = TrainState()
         self.history: list[dict[str, Any]] = []
         """Every row written to metrics.jsonl by this trainer, in order."""
@@ -163,6 +184,7 @@ class Trainer:
             num_workers=cfg.num_workers,
             rank=d.rank if train else 0,
             world=d.world if train else 1,
+            collate_fn=self.collate_fn,
         )
 
     def _place(self, source: BatchSource) -> None:
@@ -237,9 +259,13 @@ class Trainer:
         sinks: list[Any] = [console, JsonlSink(self.run_dir / "metrics.jsonl")] if main else [console]
         if main and cfg.tensorboard and tensorboard_available():
             sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
+        if main:
+            sinks.extend(self.extra_loggers)
         self._loggers, self._console = Loggers(sinks), console
         self._sums, self._clock, self._interval_time = RunningSums(), Clock(), 0.0
         self._interval_samples = self._interval_tokens = 0
+        self._tokens_dev: torch.Tensor | None = None
+        self._step_fn = step_fn
         self.model.train()
         for cb in self.callbacks:
             cb.on_fit_start(self)
@@ -278,9 +304,12 @@ class Trainer:
                 state.samples += samples
                 self._interval_samples += samples
                 if self.batch_tokens is not None:
-                    tokens = sum(self.batch_tokens(b) for b in window) * self.dist.world
-                    state.tokens += tokens
-                    self._interval_tokens += tokens
+                    tokens = sum(self.batch_tokens(b) for b in window)
+                    if isinstance(tokens, torch.Tensor):  # summed on the device; counted at the next log boundary
+                        self._tokens_dev = tokens if self._tokens_dev is None else self._tokens_dev + tokens
+                    else:
+                        state.tokens += tokens * self.dist.world
+                        self._interval_tokens += tokens * self.dist.world
                 self._console.advance()
                 for cb in self.callbacks:
                     cb.on_step_end(self, out)
@@ -318,21 +347,32 @@ class Trainer:
         elapsed, since = self._clock.lap()
         self._interval_time += since  # training time only: evaluation time is excluded below
         pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
+        metric_objects = self._step_fn.metric_objects if log else {}
         if log:
+            pending.update(compute_metric_objects(metric_objects))  # torchmetrics, computed on the device
+            for cb in self.callbacks:  # the callbacks' own device tensors ride in the same read
+                pending.update(cb.log_tensors(self) or {})
             pending.update({f"_{k}": v for k, v in self._probes.items()})
             if self._flags:
                 pending["_nonfinite"] = torch.stack(self._flags)
+            if self._tokens_dev is not None:
+                pending["_tokens"] = self._tokens_dev
         if val_source is not None:
             pending.update(self._val_means(val_source))
         if not pending:
             return
         if self.dist.active:  # did any rank receive a preemption signal? (rides along in the one collective)
-            pending["_stop"] = torch.tensor(float(self._signal is not None), device=self.device)
+            pending["_stop"] = torch.full((), float(self._signal is not None), device=self.device)
         values = read_scalars(pending, reduce=self._reduce if self.dist.active else None)  # sync: log/eval boundary
         probes = {k[1:]: values.pop(k) for k in list(values) if k.startswith("_")}
         row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
         if log:
-            row.update({k: values[k] for k in self._sums.sums})
+            row.update({k: v for k, v in values.items() if not k.startswith(("_", "val_"))})
+            if "tokens" in probes:
+                tokens = round(probes.pop("tokens") * self.dist.world)  # the mean over ranks, times the ranks
+                self.state.tokens += tokens
+                self._interval_tokens += tokens
+                self._tokens_dev = None
             row["lr"] = self._last_lr
             row["samples_per_s"] = self._interval_samples / max(self._interval_time, 1e-9)
             if self.batch_tokens is not None:
@@ -340,6 +380,8 @@ class Trainer:
             row.update({k: fn() for k, fn in self.host_metrics.items()})
         val = {k: v for k, v in values.items() if k.startswith("val_")}
         row.update(val)
+        if "val_loss" in val and is_plateau(self.scheduler):
+            self.scheduler.step(val["val_loss"])
         row["elapsed_s"] = round(elapsed, 3)
         bad_steps = [self._interval_start + 1 + i for i, f in enumerate(probes.pop("nonfinite", [])) if f]
         if bad_steps:
@@ -350,6 +392,8 @@ class Trainer:
             self._stop_all = True
             self._signal = self._signal or signal.SIGTERM
         if log:  # an eval-only boundary leaves the log interval running (its sums and non-finite flags unread)
+            for m in metric_objects.values():
+                m.reset()
             self._sums.reset()
             self._flags = []
             self._interval_start = self.state.step
@@ -419,20 +463,12 @@ class Trainer:
         self.state.step = state["step"]  # the data position stays: the window that caused it is skipped
         gs.rollbacks += 1
         gs.lr_scale *= cfg.lr_backoff
-        self._apply_lr_scale()
+        scale_lr(self.optimizer, self.scheduler, cfg.lr_backoff)
         self._interval_start = self.state.step
         row = {"step": self.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
                "checkpoint": str(path), "lr_scale": gs.lr_scale}  # fmt: skip
         self.history.append(row)
         self._loggers.log(row)
-
-    def _apply_lr_scale(self) -> None:
-        sched = self.scheduler
-        if sched is None:
-            return
-        sched.base_lrs = [g["initial_lr"] * self.guard_state.lr_scale for g in self.optimizer.param_groups]
-        for g, base, fn in zip(self.optimizer.param_groups, sched.base_lrs, sched.lr_lambdas, strict=True):
-            g["lr"] = base * fn(sched.last_epoch)
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -441,8 +477,12 @@ class Trainer:
         was_training = self.model.training
         self.forward_model.eval()  # the wrappers too (DDP, torch.compile): a loss_fn may ask `model.training`
         sums: dict[str, torch.Tensor] = {}
+        objects: dict[str, Any] = {}
         seen = 0
         devices = [self.device] if self.device.type == "cuda" else []
+        step_fn = getattr(self, "_step_fn", None)
+        # Stateful metrics shared with training get a clean state for evaluation; training's comes back after.
+        training_state = MetricStates(step_fn.metric_objects.values() if step_fn is not None else ())
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=devices):  # eval leaves training's RNG as it was
                 for i, batch in enumerate(self._batches(source, 0)):
@@ -452,14 +492,21 @@ class Trainer:
                         out = as_metrics(self.loss_fn(self.forward_model, batch), training=False)
                     n = batch_size_of(batch)
                     for k, v in out.items():
+                        if not isinstance(v, torch.Tensor):
+                            objects[k] = v
+                            continue
                         v = v.detach().float().reshape(()) * n
                         sums[k] = sums[k] + v if k in sums else v
                     seen += n
+            computed = compute_metric_objects(objects)
         finally:
             self.forward_model.train(was_training)
+            for m in objects.values():
+                m.reset()
+            training_state.restore()
         if not seen:
             raise DataError("the validation data yielded no batch; pass a non-empty val_data")
-        return {f"val_{k}": v / seen for k, v in sums.items()}
+        return {f"val_{k}": v / seen for k, v in sums.items()} | {f"val_{k}": v for k, v in computed.items()}
 
     def validate(self, val_data: Any) -> dict[str, float]:
         """Evaluate on `val_data` (`model.eval()` + `no_grad`); returns `val_loss` and the other `val_*` means."""
@@ -549,8 +596,7 @@ class Trainer:
         path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
         state = self._load_into(path)
         self._check_compatible(state, path)
-        self.guard_state.load_state_dict(state.get("guard", {}))
-        self._apply_lr_scale()
+        self.guard_state.load_state_dict(state.get("guard", {}))  # the LR scale is in the saved LRs already
         st = self.state
         st.step, st.epoch = state["step"], state["epoch"]
         st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
@@ -595,7 +641,9 @@ class Trainer:
             meta = ckpt_io.load_sharded_into(path, self.model, self.optimizer)
             self._load_training_state(meta, path, tensors=False)
             return meta
-        state = ckpt_io.load_checkpoint(path, map_location=self.device)
+        # Model and optimizer tensors are copied into this run's (on its device) by load_state_dict; the RNG
+        # and data state must stay CPU tensors, whatever device the run is on.
+        state = ckpt_io.load_checkpoint(path, map_location="cpu")
         if self.dist.strategy == "fsdp" and self.dist.active:  # a one-file checkpoint into a sharded model
             ckpt_io.load_full_into_sharded(state, self.model, self.optimizer)
             self._load_training_state(state, path, tensors=False)
@@ -614,9 +662,7 @@ class Trainer:
                 ) from None
             self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler"):
-            # The schedule's shape comes from this run's config (schedule_steps); its position from the checkpoint.
-            sched = dict(state["scheduler"], lr_lambdas=[None] * len(self.scheduler.lr_lambdas))
-            self.scheduler.load_state_dict(sched)
+            load_scheduler_state(self.scheduler, state["scheduler"])
         self.precision.load_state_dict(state["precision"])
 
     MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "classify", "seed")

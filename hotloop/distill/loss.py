@@ -86,7 +86,8 @@ def kd_loss(
             "distributions over the same tokens; use a teacher with the student's tokenizer"
         )
     s = student_logits.float().reshape(-1, vocab)
-    t = temperature if isinstance(temperature, torch.Tensor) else torch.tensor(float(temperature), device=s.device)
+    # A float T stays a Python scalar (a kernel argument): no host-to-device copy per call.
+    t = temperature if isinstance(temperature, torch.Tensor) else float(temperature)
     log_q = F.log_softmax(s / t, dim=-1)
     if teacher_topk is not None:
         values, indices = teacher_topk
@@ -110,7 +111,7 @@ def kd_loss(
     else:
         ce = torch.zeros((), device=s.device)
     loss = alpha * kd + (1.0 - alpha) * ce if labels is not None else kd
-    return {"loss": loss, "kd_loss": kd.detach(), "ce_loss": ce.detach(), "temperature": t.detach().float()}
+    return {"loss": loss, "kd_loss": kd.detach(), "ce_loss": ce.detach(), "temperature": t.detach().float() if isinstance(t, torch.Tensor) else s.new_full((), t)}
 
 
 class StudentWithTemperature(nn.Module):
@@ -165,7 +166,7 @@ class Distiller:
             ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
             if evaluating:
                 return {"loss": ce}
-            return {"loss": ce, "ce_loss": ce.detach(), "temperature": t.detach().float()}
+            return {"loss": ce, "ce_loss": ce.detach(), "temperature": t.detach().float() if isinstance(t, torch.Tensor) else s.new_full((), t)}
         topk, full = None, None
         if "t_values" in batch:
             topk = (batch["t_values"], batch["t_indices"])
