@@ -39,7 +39,6 @@ from torch.utils.data import (
     DataLoader,
     Dataset,
     IterableDataset,
-    RandomSampler,
     Sampler,
     SequentialSampler,
     get_worker_info,

@@ -266,6 +266,7 @@ class Trainer:
         self._interval_samples = self._interval_tokens = 0
         self._tokens_dev: torch.Tensor | None = None
         self._step_fn = step_fn
+        self._noted: set[str] = set()
         self.model.train()
         for cb in self.callbacks:
             cb.on_fit_start(self)
@@ -348,6 +349,11 @@ class Trainer:
         self._interval_time += since  # training time only: evaluation time is excluded below
         pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
         metric_objects = self._step_fn.metric_objects if log else {}
+        for k, m in metric_objects.items():
+            if getattr(m, "validate_args", False) and k not in self._noted and self.dist.main:
+                self._noted.add(k)
+                print(f"hotloop: note: the metric '{k}' ({type(m).__name__}) checks its arguments on every update, "
+                      "which reads the device each step; create it with validate_args=False")  # fmt: skip
         if log:
             pending.update(compute_metric_objects(metric_objects))  # torchmetrics, computed on the device
             for cb in self.callbacks:  # the callbacks' own device tensors ride in the same read

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hotloop.distill.loss import DistillError
+from hotloop.distill.loss import DistillError, logits_of
 
 FORMAT = 1
 
@@ -83,7 +83,7 @@ def build_cache(
     n, length = int(inputs.shape[0]), int(inputs.shape[1])
     teacher.eval()
     with torch.no_grad():
-        vocab = int(teacher(inputs[:1].to(device)).shape[-1])
+        vocab = int(logits_of(teacher(inputs[:1].to(device))).shape[-1])
     full = k >= vocab
     kept = vocab if full else k
     manifest = {"format": FORMAT, "teacher": teacher_id, "data": fingerprint_tensor(inputs), "k": kept,
@@ -112,7 +112,7 @@ def build_cache(
     with torch.no_grad():  # not inference_mode (see loss.py); no autograd state is kept either way
         for start in range(done, n, batch_size):
             end = min(n, start + batch_size)
-            logits = teacher(inputs[start:end].to(device)).float()
+            logits = logits_of(teacher(inputs[start:end].to(device))).float()
             forwards += 1
             if full:
                 vals[start:end] = logits.half().cpu().numpy()  # sync: writing the cache is the point

@@ -18,6 +18,7 @@ week to this). `Distiller` runs it that way, in eval mode, outside the optimizer
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -111,7 +112,32 @@ def kd_loss(
     else:
         ce = torch.zeros((), device=s.device)
     loss = alpha * kd + (1.0 - alpha) * ce if labels is not None else kd
-    return {"loss": loss, "kd_loss": kd.detach(), "ce_loss": ce.detach(), "temperature": t.detach().float() if isinstance(t, torch.Tensor) else s.new_full((), t)}
+    return {
+        "loss": loss,
+        "kd_loss": kd.detach(),
+        "ce_loss": ce.detach(),
+        "temperature": t.detach().float() if isinstance(t, torch.Tensor) else s.new_full((), t),
+    }
+
+
+def logits_of(out: Any) -> torch.Tensor:
+    """Logits from what a model returns: a tensor, an object with `.logits` (Hugging Face), or a tuple's first."""
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise DistillError(f"cannot find logits in the model's {type(out).__name__} output (return a tensor or .logits)")
+
+
+def no_kv_cache(model: nn.Module) -> None:
+    """Hugging Face models keep a key/value cache for generation unless `config.use_cache` is off: wasted
+    memory and time when distilling (seed 004)."""
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "use_cache", False):
+        config.use_cache = False
 
 
 class StudentWithTemperature(nn.Module):
@@ -130,56 +156,70 @@ class StudentWithTemperature(nn.Module):
 
         return find_blocks(self.student)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.student(x), self.temperature()
+    def forward(self, x: torch.Tensor, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return logits_of(self.student(x, **kwargs)), self.temperature()
 
 
 class Distiller:
     """The Trainer's `loss_fn` for distillation.
 
     Batches are dicts with `x` (inputs), `y` (labels) and, from a teacher cache, `t_values`/`t_indices`
-    (top-k) or `t_logits` (full); without cached logits the teacher runs here, in eval mode under
-    `torch.no_grad()`. In evaluation (the model in eval mode) the loss is the plain cross-entropy, so
-    `val_loss` compares with a student trained without distillation.
+    (top-k) or `t_logits` (full); Hugging Face-style keys work too (`input_ids`, `labels`,
+    `attention_mask`; with `shift_labels=True` position t predicts `labels[t + 1]`, the causal-LM
+    convention, and padding in `labels` is -100). Without cached logits the teacher runs here, in eval mode
+    under `torch.no_grad()`, with its key/value cache off. In evaluation (the model in eval mode) the loss
+    is the plain cross-entropy, so `val_loss` compares with a student trained without distillation.
     """
 
-    def __init__(self, teacher: nn.Module | None, alpha: float, vocab: int | None = None) -> None:
+    def __init__(
+        self, teacher: nn.Module | None, alpha: float, vocab: int | None = None, shift_labels: bool = False
+    ) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise DistillError(f"distill.alpha={alpha} must be in [0, 1] (0: no distillation, 1: KD only)")
-        self.teacher, self.alpha, self.vocab = teacher, alpha, vocab
+        self.teacher, self.alpha, self.vocab, self.shift = teacher, alpha, vocab, shift_labels
         if teacher is not None:
             teacher.eval()
             teacher.requires_grad_(False)
+            no_kv_cache(teacher)
         self.teacher_forwards = 0
         """Teacher forward passes made here (a host-side count; 0 when the cache serves every batch)."""
 
     def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        x, y = batch["x"], batch["y"]
-        logits, t = model(x)
+        x = batch["x"] if "x" in batch else batch["input_ids"]
+        y = batch["y"] if "y" in batch else batch["labels"]
+        kwargs = {"attention_mask": batch["attention_mask"]} if "attention_mask" in batch else {}
+        logits, t = model(x, **kwargs)
         if self.vocab is not None and logits.shape[-1] != self.vocab:
             raise DistillError(
                 f"teacher vocabulary {self.vocab} != student vocabulary {logits.shape[-1]}: the student must "
                 "predict over the teacher's tokens"
             )
+        if self.shift:  # position t predicts token t + 1
+            logits, y = logits[:, :-1], y[:, 1:]
         evaluating = not model.training or not torch.is_grad_enabled()
         if evaluating or self.alpha == 0.0:  # the student's plain CE (alpha=0: the no-distillation baseline)
-            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+            ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
             if evaluating:
                 return {"loss": ce}
-            return {"loss": ce, "ce_loss": ce.detach(), "temperature": t.detach().float() if isinstance(t, torch.Tensor) else s.new_full((), t)}
+            return {
+                "loss": ce,
+                "ce_loss": ce.detach(),
+                "temperature": t.detach().float(),
+            }
         topk, full = None, None
+        cut = slice(None, -1) if self.shift else slice(None)
         if "t_values" in batch:
-            topk = (batch["t_values"], batch["t_indices"])
+            topk = (batch["t_values"][:, cut], batch["t_indices"][:, cut])
         elif "t_logits" in batch:
-            full = batch["t_logits"]
+            full = batch["t_logits"][:, cut]
         else:
-            full = self.teacher_logits(x)
+            full = self.teacher_logits(x, **kwargs)[:, cut]
         return kd_loss(logits, y, t, self.alpha, teacher_logits=full, teacher_topk=topk)
 
-    def teacher_logits(self, x: torch.Tensor) -> torch.Tensor:
+    def teacher_logits(self, x: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         if self.teacher is None:
             raise DistillError("no teacher and no cached teacher logits in the batch")
         with torch.no_grad():  # not inference_mode: the result meets a learnable temperature in autograd
-            out = self.teacher(x)
+            out = logits_of(self.teacher(x, **kwargs))
         self.teacher_forwards += 1
         return out

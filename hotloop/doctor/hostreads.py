@@ -70,33 +70,52 @@ def _read_kind(func: Any, args: tuple, kwargs: dict) -> str | None:
         target = args[1] if len(args) > 1 else kwargs.get("device")
         if name == "cpu" or str(target).startswith("cpu"):
             return f".{name}() to host"
-    if kwargs.get("non_blocking") or (name == "copy_" and len(args) > 2 and args[2] is True):
-        return _unpinned_async_copy(name, args, kwargs)
+    if name in ("to", "cuda", "copy_"):
+        return _host_to_device(name, args, kwargs)
+    if func in (torch.tensor, torch.as_tensor) and _is_accelerator(kwargs.get("device")):
+        return f"torch.{name}(..., device={kwargs['device']}) (blocking host-to-device copy)"
     return None
 
 
-def _unpinned_async_copy(name: str, args: tuple, kwargs: dict) -> str | None:
-    """`non_blocking=True` from pageable (unpinned) host memory to a GPU: silently synchronous.
+def _is_accelerator(device: Any) -> bool:
+    if not isinstance(device, (str, torch.device)):
+        return False
+    try:
+        return torch.device(device).type not in ("cpu", "meta")
+    except (RuntimeError, TypeError):
+        return False
 
-    The driver must stage pageable memory through a pinned buffer itself, so the call returns only once
-    the copy is done; `set_sync_debug_mode` does not flag it. Only the arguments are inspected (a CUDA
-    target is named, not created), so this is checked on any machine.
+
+def _host_to_device(name: str, args: tuple, kwargs: dict) -> str | None:
+    """A copy from host memory to an accelerator that makes the host wait.
+
+    Without `non_blocking=True` the host waits for the copy (and for the stream to reach it). With it, a
+    copy from pageable (unpinned) memory is still synchronous: the driver stages pageable memory through
+    a pinned buffer itself, and `set_sync_debug_mode` does not flag it. Only the arguments are inspected
+    (the target device is named, not created), so both are checked on any machine, the CPU included.
     """
     if name == "copy_":
         dst, src = (args[0], args[1]) if len(args) > 1 else (None, None)
-        if not isinstance(dst, torch.Tensor) or dst.device.type != "cuda":
+        if not isinstance(dst, torch.Tensor) or dst.device.type in ("cpu", "meta"):
             return None
-    elif name in ("to", "cuda"):
+        non_blocking = kwargs.get("non_blocking") or (len(args) > 2 and args[2] is True)
+    else:
         src = args[0] if args else None
         if name == "cuda":
-            target = "cuda"
+            target: Any = "cuda"
         else:
-            target = next((a for a in args[1:] if isinstance(a, (str, torch.device))), kwargs.get("device"))
-        if target is None or torch.device(target).type != "cuda":
+            found = (a for a in args[1:] if isinstance(a, (str, torch.device, torch.Tensor)))
+            target = next(found, kwargs.get("device"))
+            if isinstance(target, torch.Tensor):  # .to(other_tensor)
+                target = target.device
+        if not _is_accelerator(target):
             return None
-    else:
+        non_blocking = kwargs.get("non_blocking") or any(a is True for a in args[1:])
+    if not isinstance(src, torch.Tensor) or src.device.type != "cpu":
         return None
-    if isinstance(src, torch.Tensor) and src.device.type == "cpu" and not src.is_pinned():
+    if not non_blocking:
+        return f".{name}() host-to-device copy without non_blocking (blocking)"
+    if not src.is_pinned():
         return "non_blocking copy from unpinned memory"
     return None
 

@@ -122,3 +122,31 @@ def test_counter_catches_each_kind_of_read():
         "torch.tensor over tensors",
     ]
     assert kinds[8] == "__bool__"  # Python max() compares tensors with bool()
+
+
+def test_counter_sees_blocking_host_to_device_copies():
+    """Classified by the target device named in the call, so a CPU machine checks it (the call itself
+    then fails without a GPU, after the counter saw it)."""
+    t = torch.ones(3)
+    calls = [
+        lambda: torch.tensor(2.0, device="cuda"),
+        lambda: t.to("cuda"),
+        lambda: t.to(torch.device("cuda:0")),
+        lambda: t.cuda(),
+        lambda: t.to("cuda", non_blocking=True),  # unpinned: still synchronous
+    ]
+    with HostReadCounter() as c:
+        for call in calls:
+            try:
+                call()
+            except (RuntimeError, AssertionError):
+                pass
+        t.to("cpu")  # none of these is a host-device copy
+        t.to(torch.float64)
+        torch.tensor(2.0)
+        torch.full((), 2.0)
+    kinds = [r.kind for r in c.reads]
+    assert len(kinds) == 5, kinds
+    assert "blocking host-to-device copy" in kinds[0]
+    assert all("without non_blocking" in k for k in kinds[1:4])
+    assert kinds[4] == "non_blocking copy from unpinned memory"
