@@ -1,11 +1,12 @@
 """Numerical guardrails that cost no per-step sync.
 
 - Non-finite loss or gradients: the train step computes an on-device flag per step and the optimizer
-  step is skipped *on the device* (fused optimizers take the flag as `found_inf`, exactly as a
-  GradScaler hands it over; other optimizers restore a snapshot with `torch.where`), so the weights
-  never see the bad update and the host never waits. The flags are read at the next boundary together
-  with the metrics, and the log names the affected steps. Then the policy acts: `nonfinite="skip"`
-  warns and goes on, `"rollback"` restores the last good checkpoint, `"raise"` stops.
+  step is skipped *on the device* (`precision.py` owns that mechanism: fused optimizers take the flag
+  as `found_inf`, exactly as a GradScaler hands it over; other optimizers restore a snapshot with
+  `torch.where`), so the weights never see the bad update and the host never waits. The flags are
+  read at the next boundary together with the metrics, and the log names the affected steps. Then the
+  policy acts: `nonfinite="skip"` warns and goes on, `"rollback"` restores the last good checkpoint,
+  `"raise"` stops.
 - Loss spikes: a logged loss above `spike_factor` x the EMA of earlier logged losses restores the last
   good checkpoint, multiplies the LR by `lr_backoff`, and goes on with the data *after* the window that
   caused it. After `max_rollbacks` it raises.
@@ -47,35 +48,6 @@ class GuardState:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-
-
-def nonfinite_flag(loss: torch.Tensor, norm: torch.Tensor, grads_handled: bool) -> torch.Tensor:
-    """On-device bool: the step's loss (or, unless a GradScaler already handles them, its gradients) is not finite."""
-    bad = ~torch.isfinite(loss)
-    return bad if grads_handled else bad | ~torch.isfinite(norm)
-
-
-def step_skipping(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> Any:
-    """Run `optimizer.step` so that it has no effect where `bad` is true, without reading `bad`."""
-    if optimizer.defaults.get("fused"):
-        # Known gap: fused SGD with momentum allocates its buffer uninitialised and fills it in the first
-        # step's kernel; if that very first step is skipped, the buffer stays uninitialised.
-        optimizer.grad_scale, optimizer.found_inf = None, bad.float()
-        try:
-            optimizer.step()
-        finally:
-            del optimizer.grad_scale, optimizer.found_inf
-        return
-    # Non-fused: snapshot parameters and state on their device, step, then keep the old values where bad.
-    # (CPU-resident step counters of non-capturable optimizers still advance: reading `bad` would sync.)
-    tensors = [p for g in optimizer.param_groups for p in g["params"]]
-    tensors += [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
-    tensors = [t for t in tensors if t.device == bad.device and t.is_floating_point()]
-    snapshot = [t.detach().clone() for t in tensors]
-    optimizer.step()
-    with torch.no_grad():
-        for t, s in zip(tensors, snapshot, strict=True):
-            t.copy_(torch.where(bad, s, t))
 
 
 class SpikeDetector:

@@ -27,12 +27,12 @@ class RunningSums:
         self.count = 0
 
     def add(self, values: dict[str, torch.Tensor]) -> None:
-        for k, v in values.items():
-            v = v.detach().float()
-            if k in self.sums:
-                self.sums[k] += v
-            else:
-                self.sums[k] = v.clone()
+        with torch.no_grad():  # values may still carry autograd history: no detach op needed under no_grad
+            for k, v in values.items():
+                if k in self.sums:
+                    self.sums[k].add_(v)
+                else:
+                    self.sums[k] = v.detach().float().clone()
         self.count += 1
 
     def means(self) -> dict[str, torch.Tensor]:

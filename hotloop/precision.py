@@ -24,12 +24,19 @@ from hotloop.errors import ConfigError
 
 
 class Precision:
-    """fp32: no autocast, no scaling. Subclasses override the hooks they need."""
+    """fp32: no autocast, no scaling. Subclasses override the hooks they need.
+
+    Non-finite steps are skipped here, in one place, and on the device: `found_inf` computes an
+    on-device flag (1.0 for a bad step) from the window's loss and the gradient norm, and `step`
+    applies the update only where it is 0 - without a host read. Fused optimizers take the flag as
+    `found_inf`, exactly as a GradScaler hands it over, and skip inside their kernel; other optimizers
+    step, then put back a snapshot of the weights and moments with `torch.where` (it costs a copy of
+    them: use a fused optimizer). A subclass that skips by other means (fp16's GradScaler) overrides
+    both.
+    """
 
     name = "fp32"
     dtype: torch.dtype | None = None
-    handles_nonfinite = False
-    """True when `step` already skips updates with inf/NaN gradients (the GradScaler does)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -43,8 +50,36 @@ class Precision:
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         """Make `.grad` hold true gradients (before clipping or reading the norm)."""
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
+    def found_inf(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+        """On-device float flag: 1.0 when the loss or any gradient is inf/NaN (the norm is then inf/NaN too).
+
+        `x - x` is 0 for a finite x and NaN otherwise: three ops, where two `isfinite` calls and their
+        logic took eleven."""
+        s = loss.detach() + norm
+        return torch.isnan(s - s).float()
+
+    def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
+        """`optimizer.step()`, with no effect where `found_inf` is 1 (never read on the host)."""
+        if optimizer.defaults.get("fused"):
+            # Known gap: fused SGD with momentum allocates its buffer uninitialised and fills it in the first
+            # step's kernel; if that very first step is skipped, the buffer stays uninitialised.
+            optimizer.grad_scale, optimizer.found_inf = None, found_inf
+            try:
+                optimizer.step()
+            finally:
+                del optimizer.grad_scale, optimizer.found_inf
+            return
+        # Non-fused: snapshot parameters and state on their device, step, then keep the old values where bad.
+        # (CPU-resident step counters of non-capturable optimizers still advance: reading the flag would sync.)
+        bad = found_inf.bool()
+        tensors = [p for g in optimizer.param_groups for p in g["params"]]
+        tensors += [v for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        tensors = [t for t in tensors if t.device == bad.device and t.is_floating_point()]
+        snapshot = [t.detach().clone() for t in tensors]
         optimizer.step()
+        with torch.no_grad():
+            for t, old in zip(tensors, snapshot, strict=True):
+                t.copy_(torch.where(bad, old, t))
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -64,11 +99,14 @@ class BF16(Precision):
 
 
 class FP16(Precision):
-    """fp16 autocast with a GradScaler; a step whose gradients hold inf/NaN is skipped."""
+    """fp16 autocast with a GradScaler; a step whose gradients hold inf/NaN is skipped by the scaler.
+
+    Overflowing steps are part of how a GradScaler finds its scale, so only a non-finite *loss* is
+    reported as a bad step; the scaler's own skips are not.
+    """
 
     name = "fp16"
     dtype = torch.float16
-    handles_nonfinite = True
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
@@ -83,8 +121,12 @@ class FP16(Precision):
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         self.scaler.unscale_(optimizer)
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        self.scaler.step(optimizer)
+    def found_inf(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+        s = loss.detach()
+        return torch.isnan(s - s).float()
+
+    def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
+        self.scaler.step(optimizer)  # skips inf/NaN gradients (inside the kernel for fused optimizers)
         self.scaler.update()
 
     def state_dict(self) -> dict[str, Any]:

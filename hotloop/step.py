@@ -3,7 +3,8 @@
     for each micro-batch i of n:   (gradient sync skipped on all but the last)
         loss_i = loss_fn(model, batch) under autocast
         backward(loss_i / n)       (scaled for fp16)
-    unscale_ -> norm -> clip -> optimizer step (skipped on-device on inf with fp16) -> zero_grad
+    unscale_ -> norm -> non-finite flag -> clip -> optimizer step (skipped on the device where the flag
+    is set: `precision.py`) -> zero_grad
     scheduler.step()               (once per optimizer step, never per micro-batch)
 
 Dividing by the window's true size n (not by `grad_accum`) makes a short final window an exact
@@ -23,7 +24,6 @@ from torch import nn
 from hotloop.data import Batch
 from hotloop.data import batch_size_of as default_batch_size
 from hotloop.errors import LossError
-from hotloop.guard import nonfinite_flag, step_skipping
 from hotloop.optim import is_plateau
 from hotloop.precision import Precision
 
@@ -124,7 +124,7 @@ def grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
 @dataclass
 class StepOutput:
     metrics: dict[str, torch.Tensor]
-    """Window means of the loss function's scalars (device tensors)."""
+    """Window means of the loss function's scalars (device tensors; may still carry autograd history)."""
     grad_norm: torch.Tensor
     """Gradient norm before clipping (device tensor)."""
     samples: int
@@ -132,71 +132,127 @@ class StepOutput:
     lr: float
     """Base LR this step trained with (a Python float; LLRD groups scale it)."""
     nonfinite: torch.Tensor
-    """On-device bool: the loss or gradients were not finite (the update was skipped if so configured)."""
+    """On-device float flag, 1.0 when the loss or gradients were not finite (that update was skipped)."""
 
 
 class TrainStep:
-    """Callable that runs one accumulation window. Owns the order of the numerics, not the policy."""
+    """Callable that runs one accumulation window. Owns the order of the numerics, not the policy.
+
+    Host cost matters here: on a GPU a small model is launch-bound, so the step adds as few ops as it
+    can to the user's forward and backward (measured by `hotloop bench --workload overhead`): no
+    division for a window of one, metrics handed on without copies, one three-op non-finite flag, and
+    the gradient norm and clipping on the foreach kernels directly when every gradient is an fp32
+    tensor on one device (PyTorch's generic helpers regroup the tensors by device and dtype each call).
+
+    CUDA graphs (`cudagraphs=True`, compile modes that capture them): each micro-batch starts a new
+    graph step, the metrics are cloned out of the graph's output buffers (the next replay overwrites
+    them), and `.grad` buffers are allocated once and zeroed in place, never set to None - otherwise the
+    first backward's graph outputs would become `.grad` and the next replay would overwrite them.
+
+    Static shapes: with a compiled model, a micro-batch whose size differs from the first one (a short
+    final batch) runs through `eager_model` instead of sending the compiled graph onto dynamic shapes.
+    """
 
     def __init__(
         self,
         model: nn.Module,
         loss_fn: LossFn,
         optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        scheduler: Any,
         precision: Precision,
         clip_grad: float | None,
         no_sync: Callable[[], AbstractContextManager] | None = None,
         batch_size_of: Callable[[Batch], int] | None = None,
+        cudagraphs: bool = False,
+        eager_model: nn.Module | None = None,
     ) -> None:
         self.model, self.loss_fn, self.optimizer, self.scheduler = model, loss_fn, optimizer, scheduler
         self.precision, self.clip_grad, self.no_sync = precision, clip_grad, no_sync
-        self.cudagraphs = False
-        """Set when the model is compiled with mode reduce-overhead (CUDA graphs)."""
+        self.cudagraphs, self.eager_model = cudagraphs, eager_model
+        self.static_size: int | None = None
         self.inspect_grads: Callable[[], None] | None = None
         """Called once with true gradients in place (after unscale, before clipping), then cleared."""
         self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        self.batch_size_of = batch_size_of or default_batch_size
         self.metric_objects: dict[str, Any] = {}
         """Stateful metrics (torchmetrics) the loss function returned, by key: the boundary computes them."""
         self.step_scheduler = scheduler is not None and not is_plateau(scheduler)
         """ReduceLROnPlateau steps on a validation metric at eval boundaries instead (the Trainer does it)."""
-        self.batch_size_of = batch_size_of or default_batch_size
+        devices = {p.device for p in self.params}
+        self.plain_fp32 = len(devices) == 1 and all(
+            p.dtype == torch.float32 and type(p) in (torch.Tensor, nn.Parameter) for p in self.params
+        )
+        """Every gradient is a plain fp32 tensor on one device: the foreach fast path is exact."""
+        if cudagraphs:
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
 
-    def __call__(self, window: list[Batch]) -> StepOutput:
+    def __call__(self, window: Any) -> StepOutput:
         n = len(window)
-        sums: dict[str, torch.Tensor] = {}
+        metrics: dict[str, torch.Tensor] = {}
         samples = 0
         for i, batch in enumerate(window):
+            size = self.batch_size_of(batch)
+            samples += size
+            model = self.model
+            if self.eager_model is not None:
+                if self.static_size is None:
+                    self.static_size = size
+                elif size != self.static_size:
+                    model = self.eager_model  # a short batch: no recompile, no dynamic-shape graph
             if self.cudagraphs:
-                # CUDA graphs (compile="reduce-overhead") reuse output buffers; tell them a new step begins.
-                torch.compiler.cudagraph_mark_step_begin()
+                torch.compiler.cudagraph_mark_step_begin()  # output buffers are reused: a new step begins
             skip_sync = self.no_sync is not None and i < n - 1
             with self.no_sync() if skip_sync else nullcontext():
                 with self.precision.autocast():
-                    out = as_metrics(self.loss_fn(self.model, batch))
-                self.precision.backward(out["loss"] / n)
+                    out = as_metrics(self.loss_fn(model, batch))
+                self.precision.backward(out["loss"] / n if n > 1 else out["loss"])
             for k, v in out.items():
                 if not isinstance(v, torch.Tensor):
                     self.metric_objects[k] = v  # updated by the loss function; computed at log boundaries
                     continue
-                v = v.detach().float().reshape(())
-                sums[k] = sums[k] + v if k in sums else v
-            samples += self.batch_size_of(batch)
-        self.precision.unscale_(self.optimizer)
-        if self.inspect_grads is not None:
-            self.inspect_grads()
-            self.inspect_grads = None
-        norm = grad_norm(self.params)
-        bad = nonfinite_flag(sums["loss"], norm, self.precision.handles_nonfinite)
-        if self.clip_grad is not None:
-            torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
-        group = self.optimizer.param_groups[-1]
-        lr = group["lr"] / group.get("lr_scale", 1.0)
-        if not self.precision.handles_nonfinite:  # a bad update never reaches the weights, whatever the policy
-            step_skipping(self.optimizer, bad)
+                if self.cudagraphs:
+                    v = v.detach().clone()
+                if n == 1:
+                    metrics[k] = v  # handed on as is: no copy, no op (readers detach at the boundary)
+                else:
+                    metrics[k] = metrics[k] + v.detach() if k in metrics else v.detach()
+        with torch.no_grad():
+            self.precision.unscale_(self.optimizer)
+            if self.inspect_grads is not None:
+                self.inspect_grads()
+                self.inspect_grads = None
+            norm, grads = self._norm()
+            bad = self.precision.found_inf(metrics["loss"], norm)
+            if self.clip_grad is not None:
+                if grads is not None:
+                    torch._foreach_mul_(grads, torch.clamp(self.clip_grad / (norm + 1e-6), max=1.0))
+                else:
+                    torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
+            group = self.optimizer.param_groups[-1]
+            lr = group["lr"] / group.get("lr_scale", 1.0)
+            self.precision.step(self.optimizer, bad)
+            self._zero_grad()
+            if self.step_scheduler:
+                self.scheduler.step()
+            if n > 1:
+                metrics = {k: v / n for k, v in metrics.items()}
+        return StepOutput(metrics, norm, samples, lr, bad)
+
+    def _norm(self) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The global gradient norm, and the gradients when the foreach fast path applies."""
+        if not self.plain_fp32:
+            return grad_norm(self.params), None
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return torch.zeros((), device=self.params[0].device), grads
+        # plain_fp32: every gradient is float32 here, so the foreach norm cannot overflow (seed 000)
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))), grads  # noqa: HL009
+
+    def _zero_grad(self) -> None:
+        if self.cudagraphs:  # stable buffers (see the class docstring)
+            torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
         else:
-            self.precision.step(self.optimizer)
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.step_scheduler:
-            self.scheduler.step()
-        return StepOutput({k: v / n for k, v in sums.items()}, norm, samples, lr, bad)
+            for p in self.params:
+                p.grad = None

@@ -95,6 +95,11 @@ def resolve_compile(value: bool | str, device: torch.device) -> str | None:
     return str(value)
 
 
+def uses_cudagraphs(mode: str | None) -> bool:
+    """Compile modes whose options capture CUDA graphs (`torch._inductor.list_mode_options`)."""
+    return mode in ("reduce-overhead", "max-autotune")
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -150,6 +155,8 @@ class Trainer:
         self.optimizer = resolve_optimizer(optimizer, model, cfg, self.device, note=note)
         wrapped = distributed.wrap_ddp(model, self.device) if strategy == "ddp" and self.dist.active else model
         self.no_sync = distributed.no_sync_for(strategy, wrapped) if self.dist.active else None
+        self.eager_model = wrapped
+        """The model as the step calls it without torch.compile (DDP-wrapped under ddp)."""
         self.forward_model: nn.Module = (
             wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
@@ -244,8 +251,9 @@ class Trainer:
             self.precision,
             cfg.clip_grad,
             no_sync=self.no_sync,
+            cudagraphs=uses_cudagraphs(self.compile_mode) and self.device.type == "cuda",
+            eager_model=self.eager_model if self.compile_mode is not None else None,
         )
-        step_fn.cudagraphs = self.compile_mode == "reduce-overhead" and self.device.type == "cuda"
         if self.state.step == 0:
             step_fn.inspect_grads = self._probe_grad_health
         self._probes: dict[str, torch.Tensor] = {}
