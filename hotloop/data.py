@@ -158,14 +158,20 @@ class TensorSlices(BatchSource):
         else:
             order = None
         size, b = self.batch_size * self.world, self.batch_size
-        for i in range(skip, self.length):
+        tensors = self.tensors
+        keys = list(tensors) if isinstance(tensors, dict) else None
+        leaves = list(tensors.values()) if keys is not None else list(tensors)
+        rebuild = (lambda parts: dict(zip(keys, parts, strict=True))) if keys is not None else type(tensors)
+        if isinstance(tensors, tuple) and hasattr(tensors, "_fields"):
+            rebuild = lambda parts: type(tensors)(*parts)  # noqa: E731 - a namedtuple
+        for i in range(skip, self.length):  # one gather (or slice) per tensor: no per-batch tree walk
             start = i * size + self.rank * b
-            sl = slice(start, min(start + b, self.n))
+            end = min(start + b, self.n)
             if order is None:
-                yield tree_map(lambda t, sl=sl: t[sl], self.tensors)
+                yield rebuild([t[start:end] for t in leaves])
             else:
-                idx = order[sl]
-                yield tree_map(lambda t, idx=idx: t.index_select(0, idx), self.tensors)
+                idx = order[start:end]
+                yield rebuild([t.index_select(0, idx) for t in leaves])
 
 
 class LoaderSource(BatchSource):
@@ -294,12 +300,6 @@ class CudaPrefetcher:
         self.done = False
         self._preload()
 
-    def _copy(self, t: torch.Tensor) -> torch.Tensor:
-        if t.device.type == "cuda":
-            return t
-        src = t if t.is_pinned() else t.pin_memory()
-        return src.to(self.device, non_blocking=True)
-
     def _preload(self) -> None:
         try:
             batch = next(self.batches)
@@ -307,7 +307,7 @@ class CudaPrefetcher:
             self.done = True
             return
         with torch.cuda.stream(self.stream):
-            self.next = tree_map(self._copy, batch)
+            self.next = to_device(batch, self.device)
 
     def __iter__(self) -> CudaPrefetcher:
         return self
@@ -408,10 +408,45 @@ def make_source(
     )
 
 
-def windows(batches: Iterator[Batch], size: int) -> Iterator[list[Batch]]:
-    """Group micro-batches into accumulation windows of `size`; the last one may be shorter."""
+def windows(batches: Iterator[Batch], size: int, remaining: int | None = None) -> Iterator[Any]:
+    """Group micro-batches into accumulation windows of `size`; the last one may be shorter.
+
+    With `remaining` (the batches left in the epoch, when the source knows it exactly) each window is
+    handed out *lazily*: micro-batch i + 1 is taken from `batches` - and so, with the CUDA prefetcher,
+    copied on its side stream - only once micro-batch i is running, so copies overlap compute inside a
+    window too. Its length is known in advance, which the step needs to divide the loss.
+    """
+    if size == 1:
+        for batch in batches:
+            yield (batch,)
+        return
+    if remaining is not None:
+        while remaining > 0:
+            n = min(size, remaining)
+            remaining -= n
+            yield _LazyWindow(batches, n)
+        return
     while True:
         window = list(itertools.islice(batches, size))
         if not window:
             return
         yield window
+
+
+class _LazyWindow:
+    """`n` micro-batches, taken from the shared iterator as they are iterated."""
+
+    def __init__(self, batches: Iterator[Batch], n: int) -> None:
+        self.batches, self.n = batches, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Batch]:
+        for _ in range(self.n):
+            try:
+                yield next(self.batches)
+            except StopIteration:
+                raise DataError(
+                    "the training data yielded fewer batches than its len() promised; its length must be exact"
+                ) from None

@@ -28,6 +28,7 @@ from hotloop.optim import is_plateau
 from hotloop.precision import Precision
 
 LossFn = Callable[[nn.Module, Batch], Any]
+_NO_CONTEXT = nullcontext()
 
 
 def default_loss_fn(model: nn.Module, batch: Batch) -> Any:
@@ -203,10 +204,12 @@ class TrainStep:
                     model = self.eager_model  # a short batch: no recompile, no dynamic-shape graph
             if self.cudagraphs:
                 torch.compiler.cudagraph_mark_step_begin()  # output buffers are reused: a new step begins
-            skip_sync = self.no_sync is not None and i < n - 1
-            with self.no_sync() if skip_sync else nullcontext():
-                with self.precision.autocast():
+            with self.no_sync() if self.no_sync is not None and i < n - 1 else _NO_CONTEXT:
+                if self.precision.dtype is None:  # fp32: no autocast context to enter
                     out = as_metrics(self.loss_fn(model, batch))
+                else:
+                    with self.precision.autocast():
+                        out = as_metrics(self.loss_fn(model, batch))
                 self.precision.backward(out["loss"] / n if n > 1 else out["loss"])
             for k, v in out.items():
                 if not isinstance(v, torch.Tensor):

@@ -36,6 +36,7 @@ from hotloop.data import (
     BatchSource,
     CudaPrefetcher,
     IterableSource,
+    LoaderSource,
     OverfitSource,
     TensorSlices,
     batch_size_of,
@@ -203,14 +204,14 @@ class Trainer:
 
     def _batches(self, source: BatchSource, epoch: int, skip: int = 0) -> Iterator[Batch]:
         batches = source.epoch(epoch, skip)
+        if self.device.type == "cpu":
+            return batches  # nothing to move
         prefetch = self.cfg.prefetch and self.device.type == "cuda" and not getattr(source, "stateful", False)
         if prefetch and not (isinstance(source, TensorSlices) and source.device == self.device):
             # Looking one batch ahead is safe for the data position: positions count batches consumed by
             # steps, and sources whose own RNG is their position (`stateful`) are not prefetched.
-            yield from CudaPrefetcher(batches, self.device)
-            return
-        for batch in batches:
-            yield to_device(batch, self.device)
+            return CudaPrefetcher(batches, self.device)
+        return (to_device(batch, self.device) for batch in batches)
 
     def _planned_steps(self, source: BatchSource) -> int | None:
         """Optimizer steps this fit will run, when it can be known in advance."""
@@ -299,7 +300,9 @@ class Trainer:
                 return  # e.g. resuming a run that already reached max_steps
             produced = False
             skip = self._epoch_batches  # > 0 only when resuming mid-epoch
-            for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum):
+            exact = source.length if isinstance(source, (TensorSlices, LoaderSource)) else None
+            remaining = exact - skip if exact is not None and self.device.type == "cuda" else None
+            for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum, remaining):
                 produced = True
                 out = step_fn(window)
                 self._epoch_batches += len(window)
