@@ -158,6 +158,16 @@ def _bench(args: argparse.Namespace) -> int:
 
         if not torch.cuda.is_available():
             raise ConfigError("--device cuda but no CUDA device is available; use --device cpu")
+    if args.workload == "overhead":
+        from hotloop.benchmarks.overhead import run_overhead
+
+        rows = run_overhead(rounds=args.rounds, steps=args.steps or 2000)
+        if args.json:
+            import json
+            from pathlib import Path
+
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        return 0
     run_bench(args.workload, args.device, variants, rounds=args.rounds, steps=args.steps, json_path=args.json)
     return 0
 
@@ -234,9 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--explain", metavar="CODE", help="explain a rule: why, a bad and a good example, the fix")
     lint.set_defaults(func=_lint)
     bench = sub.add_parser("bench", help="benchmark hotloop against plain PyTorch, Lightning and Accelerate")
-    bench.add_argument("--workload", choices=["mlp", "gpt", "cnn"], default="mlp")
+    bench.add_argument(
+        "--workload",
+        choices=["mlp", "cnn", "gpt", "gpt2", "overhead"],
+        default="mlp",
+        help="gpt2: GPT-2 small's real shape (CUDA); overhead: per-step host cost on Linear(8,8)",
+    )
     bench.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
-    bench.add_argument("--variants", help="comma-separated subset of plain,hotloop,lightning,accelerate")
+    bench.add_argument("--variants", help="comma-separated subset of plain,naive,hotloop,lightning,accelerate")
     bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
     bench.add_argument("--steps", type=int, help="measured steps per round (after warmup)")
     bench.add_argument("--json", help="write the result rows to this JSON file")

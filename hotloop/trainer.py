@@ -502,12 +502,16 @@ class Trainer:
         training_state = MetricStates(step_fn.metric_objects.values() if step_fn is not None else ())
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=devices):  # eval leaves training's RNG as it was
+                first = None
                 for i, batch in enumerate(self._batches(source, 0)):
                     if self.cfg.eval_batches and i >= self.cfg.eval_batches:
                         break
-                    with self.precision.autocast():
-                        out = as_metrics(self.loss_fn(self.forward_model, batch), training=False)
                     n = batch_size_of(batch)
+                    first = first or n
+                    # a short last batch runs eagerly: the compiled model keeps one static-shape graph
+                    model = self.forward_model if n == first else self.eager_model
+                    with self.precision.autocast():
+                        out = as_metrics(self.loss_fn(model, batch), training=False)
                     for k, v in out.items():
                         if not isinstance(v, torch.Tensor):
                             objects[k] = v

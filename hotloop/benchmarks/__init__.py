@@ -23,11 +23,13 @@ from hotloop.benchmarks.variants import REQUIRES, VARIANTS, Window
 from hotloop.benchmarks.workloads import make_workload
 from hotloop.doctor import HostReadCounter
 
-# Dense bf16 tensor-core peaks (TFLOP/s) for MFU; unknown devices get no MFU rather than a guess.
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L4": 121.0, "A10": 125.0}
+# Dense bf16 tensor-core peaks (TFLOP/s, NVIDIA datasheets) for MFU, most specific name first; unknown devices
+# get no MFU rather than a guess. H100 PCIe has fewer SMs and lower clocks than the SXM part (756 vs 989).
+PEAK_BF16_TFLOPS = [("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0), ("H200", 989.0), ("GH200", 989.0),
+                    ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0)]  # fmt: skip
 
 DEFAULT_STEPS = {("mlp", "cpu"): 300, ("cnn", "cpu"): 30, ("gpt", "cpu"): 20, ("mlp", "cuda"): 1000,
-                 ("cnn", "cuda"): 300, ("gpt", "cuda"): 60}  # fmt: skip
+                 ("cnn", "cuda"): 300, ("gpt", "cuda"): 200, ("gpt2", "cuda"): 30}  # fmt: skip
 
 
 def available(variant: str) -> bool:
@@ -49,8 +51,12 @@ def _rss_mb() -> float:
 def _peak_bf16(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((v * 1e12 for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+    return peak_flops(torch.cuda.get_device_name(device))
+
+
+def peak_flops(device_name: str) -> float | None:
+    """Dense bf16 peak FLOP/s of a GPU by its name ("NVIDIA H100 80GB HBM3" is the SXM part), or None."""
+    return next((v * 1e12 for k, v in PEAK_BF16_TFLOPS if k in device_name), None)
 
 
 def _count_reads(fn: Any, w: Any, device: torch.device, warmup: int, steps: int) -> float:

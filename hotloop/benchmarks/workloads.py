@@ -2,7 +2,11 @@
 
 - `mlp`: a small classifier, batch 256 - overhead-bound, so it shows what the data path and the loop cost.
 - `cnn`: a small ResNet on synthetic 32x32 RGB images, batch 64 on the CPU, 256 on CUDA.
-- `gpt`: the `gpt` recipe's model on random bytes on the CPU; GPT-2 small (124M, 16x1024, bf16) on CUDA.
+- `gpt`: the `gpt` recipe's byte-level model on random bytes (0.9M on the CPU, 6x384 on CUDA); its 256-entry
+  head makes it incomparable with published GPT-2 figures.
+- `gpt2`: GPT-2 small with its real shape - vocabulary 50257, tied embeddings, 12 layers x 768, context
+  1024, 124M parameters - at batch 16 x 1024 in bf16: the workload whose MFU compares with published
+  GPT-2 runs (38-41%). CUDA only.
 
 Data is synthetic and made here (no downloads); every variant gets the same tensors.
 """
@@ -81,10 +85,21 @@ class SmallResNet(nn.Module):
         return F.cross_entropy(self.head(h), y)
 
 
-def _gpt_flops(cfg: GPTConfig, n_params: int, batch: int) -> float:
-    # 6 N per token for the matmuls (forward + backward) plus attention's 12 L T C (PaLM appendix B).
-    tokens = batch * cfg.block_size
-    return tokens * (6 * n_params + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd)
+def gpt_flops_per_token(cfg: GPTConfig, n_params: int) -> float:
+    """Training FLOPs per token: 6 N for the matmuls (forward + backward; N without the position
+    embedding, which is a lookup) plus attention's 12 L T C (PaLM, appendix B)."""
+    return 6 * n_params + 12 * cfg.n_layer * cfg.block_size * cfg.n_embd
+
+
+def _gpt_workload(name: str, cfg: GPTConfig, vocab: int, tie: bool, batch: int, n: int, cuda: bool) -> Workload:
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(0, vocab, (n, cfg.block_size + 1), generator=g)
+    probe = GPT(cfg, vocab, tie)
+    n_params = sum(p.numel() for p in probe.parameters()) - probe.wpe.weight.numel()  # tied: counted once
+    flops = batch * cfg.block_size * gpt_flops_per_token(cfg, n_params)
+    return Workload(name, lambda: GPT(cfg, vocab, tie), data[:, :-1].contiguous(), data[:, 1:].contiguous(),
+                    batch_size=batch, lr=3e-4, precision="bf16" if cuda else "fp32",
+                    tokens_per_sample=cfg.block_size, flops_per_step=flops)  # fmt: skip
 
 
 def make_workload(name: str, device: str) -> Workload:
@@ -101,16 +116,11 @@ def make_workload(name: str, device: str) -> Workload:
         return Workload("cnn", SmallResNet, x, y, batch_size=256 if cuda else 64, lr=1e-3,
                         precision="bf16" if cuda else "fp32")  # fmt: skip
     if name == "gpt":
-        if cuda:
-            cfg = GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024)
-            batch, n = 16, 16 * 64
-        else:
-            cfg = GPTConfig()
-            batch, n = 32, 32 * 64
-        data = torch.randint(0, 256, (n, cfg.block_size + 1), generator=g)
-        probe = GPT(cfg)
-        n_params = sum(p.numel() for p in probe.parameters()) - probe.wpe.weight.numel()
-        return Workload("gpt", lambda: GPT(cfg), data[:, :-1].contiguous(), data[:, 1:].contiguous(),
-                        batch_size=batch, lr=3e-4, precision="bf16" if cuda else "fp32",
-                        tokens_per_sample=cfg.block_size, flops_per_step=_gpt_flops(cfg, n_params, batch))  # fmt: skip
-    raise ValueError(f"unknown workload {name!r}; choose mlp, gpt or cnn")
+        cfg = GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256) if cuda else GPTConfig()
+        return _gpt_workload("gpt", cfg, 256, False, 32, 32 * 64, cuda)
+    if name == "gpt2":
+        if not cuda:
+            raise ValueError("the gpt2 workload (124M, 16x1024) is for CUDA; on the CPU use --workload gpt")
+        cfg = GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024)
+        return _gpt_workload("gpt2", cfg, 50257, True, 16, 16 * 32, cuda)
+    raise ValueError(f"unknown workload {name!r}; choose mlp, cnn, gpt or gpt2")

@@ -61,20 +61,26 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """`forward(idx, targets)` returns the mean cross-entropy; `forward(idx)` returns logits."""
+    """`forward(idx, targets)` returns the mean cross-entropy; `forward(idx)` returns logits.
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    `vocab_size` and `tie_weights` make the same architecture GPT-2 proper (50257 tokens, the head tied
+    to the token embedding: 124M parameters at 12x768), which the `gpt2` benchmark workload uses.
+    """
+
+    def __init__(self, cfg: GPTConfig, vocab_size: int = VOCAB, tie_weights: bool = False) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.wte = nn.Embedding(VOCAB, cfg.n_embd)
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.wte = nn.Embedding(vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         # Untied head: with a tied one, each position's own byte gets a logit boost of |wte[x]|^2 / std,
         # and on code (long runs of spaces) the first loss lands ~5% under ln(256) instead of on it.
-        self.head = nn.Linear(cfg.n_embd, VOCAB, bias=False)
+        self.head = nn.Linear(cfg.n_embd, vocab_size, bias=False)
         self.apply(self._init)
+        if tie_weights:
+            self.head.weight = self.wte.weight
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
@@ -99,7 +105,7 @@ class GPT(nn.Module):
         logits = self.head(self.ln_f(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.float().view(-1, VOCAB), targets.reshape(-1))
+        return F.cross_entropy(logits.float().view(-1, self.vocab_size), targets.reshape(-1))
 
     @torch.no_grad()
     def generate(
@@ -115,7 +121,7 @@ class GPT(nn.Module):
             ctx = idx[:, -self.cfg.block_size :]
             logits = self(ctx)[:, -1, :].float() / max(temperature, 1e-5)
             if top_k:
-                kth = torch.topk(logits, min(top_k, VOCAB)).values[:, -1:]
+                kth = torch.topk(logits, min(top_k, self.vocab_size)).values[:, -1:]
                 logits = logits.masked_fill(logits < kth, float("-inf"))
             nxt = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
             idx = torch.cat([idx, nxt], dim=1)

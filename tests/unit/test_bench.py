@@ -43,3 +43,30 @@ def test_variants_train_the_same_workload(run):
     window = Window(torch.device("cpu"), 1, 2)
     run(w, torch.device("cpu"), window)
     assert window.seconds > 0
+
+
+def test_gpt2_workload_has_gpt2_small_shape():
+    from hotloop.benchmarks.workloads import GPT, GPTConfig, gpt_flops_per_token
+
+    cfg = GPTConfig(n_layer=12, n_head=12, n_embd=768, block_size=1024)
+    model = GPT(cfg, 50257, tie_weights=True)
+    n = sum(p.numel() for p in model.parameters())
+    assert model.head.weight is model.wte.weight and 124.0e6 < n < 124.5e6  # GPT-2 small: 124M
+    # 6N + 12 L T C per token (N without position embeddings): ~0.73 GFLOP/token for GPT-2 small at T=1024
+    assert gpt_flops_per_token(cfg, n - 1024 * 768) == pytest.approx(6 * (n - 1024 * 768) + 12 * 12 * 1024 * 768)
+
+
+def test_mfu_peaks_tell_h100_pcie_from_sxm():
+    from hotloop.benchmarks import peak_flops
+
+    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops("NVIDIA H200") == 989e12 and peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops("Some Future GPU") is None
+
+
+def test_overhead_probe_counts_ops():
+    from hotloop.benchmarks.overhead import LOOPS, ops_per_step
+
+    assert ops_per_step(LOOPS["bare"], steps=20) == pytest.approx(21, abs=1)
+    assert ops_per_step(LOOPS["hotloop"], steps=20) <= 40  # the host-cost target of issue 13

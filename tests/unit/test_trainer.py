@@ -179,3 +179,19 @@ def test_final_checkpoint_loads(tmp_path):
     m.load_state_dict(ckpt["model"])
     for p, q in zip(m.parameters(), t.model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_short_batches_never_send_the_compiled_model_onto_dynamic_shapes(tmp_path):
+    """drop_last=false (a short last training batch) and a short last validation batch: the compiled model
+    keeps its two static graphs (train mode, eval mode); the short batches run eagerly."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    x, y = regression_data(70)  # 8 full batches of 8 and one of 6
+    vx, vy = regression_data(20, seed=1)  # 2 of 8 and one of 4
+    t = Trainer(Regressor(), _cfg(tmp_path, epochs=3, compile=True, drop_last=False, eval_every=9))
+    t.fit((x, y), (vx, vy))
+    assert t.state.step == 27
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2
+    assert not torch._dynamo.utils.counters["recompiles"]
