@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import random
 import signal
-import sys
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from hotloop import checkpoint as ckpt_io
 from hotloop import distributed, guard
 from hotloop.callbacks import Callback
+from hotloop.checkpointer import Checkpointer
 from hotloop.config import TrainConfig
 from hotloop.data import (
     Batch,
@@ -39,27 +36,24 @@ from hotloop.data import (
     LoaderSource,
     OverfitSource,
     TensorSlices,
-    batch_size_of,
     fits_on_device,
     make_source,
     to_device,
     windows,
 )
-from hotloop.errors import ConfigError, DataError, Preempted
+from hotloop.errors import ConfigError, DataError
+from hotloop.evaluate import evaluate
 from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
 from hotloop.logging.console import Clock, make_console
-from hotloop.logging.jsonl import truncate_metrics
-from hotloop.metrics import MetricStates, RunningSums, compute_metric_objects, read_scalars
+from hotloop.metrics import RunningSums, compute_metric_objects, read_scalars
 from hotloop.optim import (
     build_scheduler,
     is_plateau,
-    load_scheduler_state,
     resolve_optimizer,
     resolve_scheduler,
-    scale_lr,
 )
 from hotloop.precision import resolve_precision
-from hotloop.step import LossFn, TrainStep, as_metrics, default_loss_fn
+from hotloop.step import LossFn, TrainStep, default_loss_fn
 
 
 @dataclass
@@ -172,6 +166,8 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         if cfg.num_classes is None and getattr(self.loss_fn, "num_classes", None):
             cfg = self.cfg = cfg.replace(num_classes=self.loss_fn.num_classes)  # the loss function knows C
+        self.checkpointer = Checkpointer(self)
+        """Save, resume, rollback and preemption (`checkpointer.py`)."""
         self.guard_state = guard.GuardState()
         self._spikes = guard.SpikeDetector(cfg.spike_factor, self.guard_state)
         if cfg.debug_anomaly:
@@ -243,7 +239,7 @@ class Trainer:
                 )
             self.scheduler = build_scheduler(self.optimizer, cfg, span or 1)
         self._epoch_batches = 0
-        self._resume(source)
+        self.checkpointer.resume(source)
         step_fn = TrainStep(
             self.forward_model,
             self.loss_fn,
@@ -280,11 +276,11 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_fit_start(self)
         self._train_source = source
-        restore_signals = self._install_signal_handlers()
+        restore_signals = self.checkpointer.install_signal_handlers()
         try:
             self._loop(step_fn, source, val_source)
             self._boundary(log=self._sums.count > 0, val_source=val_source)
-            self._save()
+            self.checkpointer.save_or_stop()
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         finally:
@@ -328,16 +324,16 @@ class Trainer:
                 if cfg.max_steps is not None and state.step >= cfg.max_steps:
                     return  # the final boundary (log + eval in one read) is fit's
                 if self._signal is not None and not self.dist.active:
-                    self._preempt()  # several ranks agree to stop at a log boundary instead (`_boundary`)
+                    self.checkpointer.preempt()  # several ranks agree to stop at a log boundary instead (`_boundary`)
                 save = bool(cfg.ckpt_every) and state.step % cfg.ckpt_every == 0
                 log = save or state.step % cfg.log_every == 0 or (cfg.log_first_step and state.step == 1)
-                evaluate = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
-                if log or evaluate:
-                    self._boundary(log=log, val_source=val_source if evaluate else None)
+                do_eval = bool(cfg.eval_every) and state.step % cfg.eval_every == 0
+                if log or do_eval:
+                    self._boundary(log=log, val_source=val_source if do_eval else None)
                 if save:
-                    self._save()
+                    self.checkpointer.save_or_stop()
                 if self._stop_all:
-                    self._preempt()
+                    self.checkpointer.preempt()
             if not produced:
                 if skip:  # resumed exactly at the end of an epoch
                     self._epoch_batches = 0
@@ -375,7 +371,7 @@ class Trainer:
             if self._tokens_dev is not None:
                 pending["_tokens"] = self._tokens_dev
         if val_source is not None:
-            pending.update(self._val_means(val_source))
+            pending.update(evaluate(self, val_source))
         if not pending:
             return
         if self.dist.active:  # did any rank receive a preemption signal? (rides along in the one collective)
@@ -457,285 +453,30 @@ class Trainer:
             if cfg.nonfinite == "raise":
                 raise guard.GuardError(what + " (nonfinite=raise); try a lower lr, clip_grad, or precision=bf16")
             if cfg.nonfinite == "rollback":
-                self._rollback(what)
+                self.checkpointer.rollback(what)
                 return
             guard.warn(what + ": those updates were skipped (nonfinite=skip)")
         if "loss" in row and self._spikes.is_spike(row["loss"]):
-            self._rollback(f"loss spike: {row['loss']:.4g} > {cfg.spike_factor} x EMA {self.guard_state.ema:.4g}")
-
-    def _rollback(self, reason: str) -> None:
-        """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
-        cfg, gs = self.cfg, self.guard_state
-        path = ckpt_io.latest_valid(self.run_dir)
-        if path is None:
-            guard.warn(f"{reason}: no checkpoint to roll back to (set ckpt_every); training continues")
-            return
-        if gs.rollbacks >= cfg.max_rollbacks:
-            raise guard.GuardError(
-                f"{reason}; already rolled back {gs.rollbacks} time(s) (max_rollbacks={cfg.max_rollbacks}): "
-                "lower lr, raise warmup_steps or clip_grad, or inspect the data around these steps"
+            self.checkpointer.rollback(
+                f"loss spike: {row['loss']:.4g} > {cfg.spike_factor} x EMA {self.guard_state.ema:.4g}"
             )
-        state = self._load_into(path)
-        from_step = self.state.step
-        self.state.step = state["step"]  # the data position stays: the window that caused it is skipped
-        gs.rollbacks += 1
-        gs.lr_scale *= cfg.lr_backoff
-        scale_lr(self.optimizer, self.scheduler, cfg.lr_backoff)
-        self._interval_start = self.state.step
-        row = {"step": self.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
-               "checkpoint": str(path), "lr_scale": gs.lr_scale}  # fmt: skip
-        self.history.append(row)
-        self._loggers.log(row)
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def _val_means(self, source: BatchSource) -> dict[str, torch.Tensor]:
-        """Sample-weighted validation means as device tensors (`val_*`); no host read."""
-        was_training = self.model.training
-        self.forward_model.eval()  # the wrappers too (DDP, torch.compile): a loss_fn may ask `model.training`
-        sums: dict[str, torch.Tensor] = {}
-        objects: dict[str, Any] = {}
-        seen = 0
-        devices = [self.device] if self.device.type == "cuda" else []
-        step_fn = getattr(self, "_step_fn", None)
-        # Stateful metrics shared with training get a clean state for evaluation; training's comes back after.
-        training_state = MetricStates(step_fn.metric_objects.values() if step_fn is not None else ())
-        try:
-            with torch.no_grad(), torch.random.fork_rng(devices=devices):  # eval leaves training's RNG as it was
-                first = None
-                for i, batch in enumerate(self._batches(source, 0)):
-                    if self.cfg.eval_batches and i >= self.cfg.eval_batches:
-                        break
-                    n = batch_size_of(batch)
-                    first = first or n
-                    # a short last batch runs eagerly: the compiled model keeps one static-shape graph
-                    model = self.forward_model if n == first else self.eager_model
-                    with self.precision.autocast():
-                        out = as_metrics(self.loss_fn(model, batch), training=False)
-                    for k, v in out.items():
-                        if not isinstance(v, torch.Tensor):
-                            objects[k] = v
-                            continue
-                        v = v.detach().float().reshape(()) * n
-                        sums[k] = sums[k] + v if k in sums else v
-                    seen += n
-            computed = compute_metric_objects(objects)
-        finally:
-            self.forward_model.train(was_training)
-            for m in objects.values():
-                m.reset()
-            training_state.restore()
-        if not seen:
-            raise DataError("the validation data yielded no batch; pass a non-empty val_data")
-        return {f"val_{k}": v / seen for k, v in sums.items()} | {f"val_{k}": v for k, v in computed.items()}
-
     def validate(self, val_data: Any) -> dict[str, float]:
         """Evaluate on `val_data` (`model.eval()` + `no_grad`); returns `val_loss` and the other `val_*` means."""
-        return read_scalars(self._val_means(self._source(val_data, train=False)))  # sync: the result
+        return read_scalars(evaluate(self, self._source(val_data, train=False)))  # sync: the result
 
-    # -- saving and resuming ------------------------------------------------------------------
+    # -- saving, resuming, rollback and preemption: `checkpointer.py` -------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The complete training state. Taken at a boundary, so no on-device accumulator is pending.
-
-        Under torchrun every rank must call it (each rank's RNG and data position are gathered)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **self._meta_state()}
-
-    def _meta_state(self) -> dict[str, Any]:
-        """Everything but the model and optimizer tensors (those go through DCP when sharded)."""
-        source = getattr(self, "_train_source", None)
-        ranks = self.dist.gather_objects(
-            {"rng": ckpt_io.capture_rng(), "source": source.state_dict() if source is not None else {}}
-        )
-        return {
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "precision": self.precision.state_dict(),
-            "step": self.state.step,
-            "epoch": self.state.epoch,
-            "samples": self.state.samples,
-            "tokens": self.state.tokens,
-            "data": {
-                "epoch": self.state.epoch,
-                "batches": getattr(self, "_epoch_batches", 0),
-                "seed": self.cfg.seed,
-                "source": ranks[0]["source"],
-                "ranks": [r["source"] for r in ranks],
-            },
-            "rng": ranks[0]["rng"],
-            "rank_rng": [r["rng"] for r in ranks],
-            "world": self.dist.world,
-            "history": list(self.history),
-            "guard": self.guard_state.state_dict(),
-            "config": self.cfg.to_dict(),
-        }
+        """The complete training state (see `Checkpointer.state_dict`). Under torchrun every rank calls it."""
+        return self.checkpointer.state_dict()
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Commit the full training state to `path`, or as the run's checkpoint of the current step.
-
-        strategy=fsdp writes a sharded checkpoint through torch.distributed.checkpoint (every rank its
-        shard, reshardable to any world size); otherwise rank 0 writes one file. Under torchrun every
-        rank must call this."""
-        d = self.dist
-        if d.strategy == "fsdp":
-            meta = self._meta_state()
-            if path is not None:
-                return ckpt_io.save_sharded_to(Path(path), self.model, self.optimizer, meta, d.main, d.barrier)
-            return ckpt_io.save_sharded(
-                self.model, self.optimizer, meta, self.run_dir, self.state.step, self.cfg.keep_last, d.main, d.barrier
-            )
-        state = self.state_dict()
-        target = Path(path) if path is not None else ckpt_io.checkpoint_path(self.run_dir, self.state.step)
-        if d.main:
-            if path is not None:
-                ckpt_io.atomic_save(state, path)
-            else:
-                ckpt_io.save_checkpoint(state, self.run_dir, self.state.step, self.cfg.keep_last)
-        d.barrier()  # no rank goes on (or reads the checkpoint) before it is committed
-        return target
-
-    def _save(self) -> None:
-        try:
-            self.save_checkpoint()
-        except OSError as e:
-            last = ckpt_io.latest_valid(self.run_dir)
-            msg = (
-                f"could not write the checkpoint of step {self.state.step} to {self.run_dir / ckpt_io.CKPT_DIR}: "
-                f"{e.strerror or e}. The last good checkpoint is {last or 'none'}; free space or fix permissions, "
-                "then resume with resume=auto"
-            )
-            if self.cfg.on_save_error == "warn":
-                warnings.warn(msg, stacklevel=2)
-                return
-            raise ckpt_io.CheckpointError(msg) from None
-
-    def _resume(self, source: BatchSource) -> None:
-        spec = self.cfg.resume
-        if spec is None or (spec == "auto" and not ckpt_io.committed(self.run_dir)):
-            if self.state.step == 0:
-                self._set_aside_previous_run()
-            return  # resume=auto starts fresh when there is nothing to resume
-        path = ckpt_io.resolve(self.run_dir if spec == "auto" else spec, strict=self.cfg.resume_strict)
-        state = self._load_into(path)
-        self._check_compatible(state, path)
-        self.guard_state.load_state_dict(state.get("guard", {}))  # the LR scale is in the saved LRs already
-        st = self.state
-        st.step, st.epoch = state["step"], state["epoch"]
-        st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
-        self._epoch_batches = state["data"]["batches"]
-        same_world = state.get("world", 1) == self.dist.world
-        r = self.dist.rank if same_world else 0
-        ranks = state["data"].get("ranks") or [state["data"].get("source", {})]
-        source.load_state_dict(ranks[r] if r < len(ranks) else ranks[0])
-        ckpt_io.restore_rng((state.get("rank_rng") or [state["rng"]])[r] if same_world else state["rng"])
-        self.history = list(state.get("history", []))
-        if self.dist.main:
-            truncate_metrics(self.run_dir / "metrics.jsonl", st.step)
-            print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self._epoch_batches})")
-
-    def _set_aside_previous_run(self) -> None:
-        """A fresh run in a run_dir holding another run's checkpoints or metrics moves them to
-        `previous/<time>/` first: nothing is lost, and neither metrics.jsonl nor a later resume=auto mixes
-        the two runs."""
-        if self.dist.main:
-            ckpts, metrics = self.run_dir / ckpt_io.CKPT_DIR, self.run_dir / "metrics.jsonl"
-            old = [p for p in (ckpts, metrics) if p.is_file() or (p.is_dir() and any(p.iterdir()))]
-            if old:
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                dest = self.run_dir / "previous" / stamp
-                n = 1
-                while dest.exists():
-                    n += 1
-                    dest = self.run_dir / "previous" / f"{stamp}-{n}"
-                dest.mkdir(parents=True)
-                for p in old:
-                    p.rename(dest / p.name)
-                print(
-                    f"hotloop: {self.run_dir} held a previous run; moved its {' and '.join(p.name for p in old)} to "
-                    f"{dest} (to continue a run instead, pass resume=auto)"
-                )
-        self.dist.barrier()
-
-    def _load_into(self, path: Path) -> dict[str, Any]:
-        """Load a checkpoint (one file, or sharded through DCP, from any world size) into the model,
-        optimizer, schedule and precision; return the rest of its state."""
-        if ckpt_io.is_sharded(path):
-            meta = ckpt_io.load_sharded_into(path, self.model, self.optimizer)
-            self._load_training_state(meta, path, tensors=False)
-            return meta
-        # Model and optimizer tensors are copied into this run's (on its device) by load_state_dict; the RNG
-        # and data state must stay CPU tensors, whatever device the run is on.
-        state = ckpt_io.load_checkpoint(path, map_location="cpu")
-        if self.dist.strategy == "fsdp" and self.dist.active:  # a one-file checkpoint into a sharded model
-            ckpt_io.load_full_into_sharded(state, self.model, self.optimizer)
-            self._load_training_state(state, path, tensors=False)
-        else:
-            self._load_training_state(state, path)
-        return state
-
-    def _load_training_state(self, state: dict[str, Any], path: Path | None = None, tensors: bool = True) -> None:
-        """Model, optimizer (unless already loaded: `tensors=False`), schedule position and precision."""
-        if tensors:
-            try:
-                self.model.load_state_dict(state["model"])
-            except RuntimeError as e:
-                raise ckpt_io.CheckpointError(
-                    f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
-                ) from None
-            self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler"):
-            load_scheduler_state(self.scheduler, state["scheduler"])
-        self.precision.load_state_dict(state["precision"])
-
-    MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "classify", "seed")
-
-    def _check_compatible(self, state: dict[str, Any], path: Path) -> None:
-        old, new = dict(state.get("config", {})), self.cfg.to_dict()
-        if "batch_size" in old:
-            old["batch_size"] = old["batch_size"] * state.get("world", 1)
-            new["batch_size"] = new["batch_size"] * self.dist.world
-        label = {"batch_size": "batch_size x ranks"}  # per rank: what must match is the global batch
-        changed = [f"{label.get(k, k)}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
-        if changed:
-            warnings.warn(
-                f"resuming {path} with a config that changes the math ({'; '.join(changed)}): the run will not "
-                "equal an uninterrupted one",
-                stacklevel=3,
-            )
-
-    # -- preemption --------------------------------------------------------------------------
+        """Commit the full training state to `path`, or as the run's checkpoint of the current step."""
+        return self.checkpointer.save(path)
 
     _signal: int | None = None
     _stop_all = False
     """Set at a boundary where some rank had received a preemption signal: every rank saves and stops."""
-
-    def _install_signal_handlers(self) -> Callable[[], None]:
-        """The handler only sets a flag; the loop saves at the next step boundary (never mid-backward)."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        names = [n.strip() for n in self.cfg.preempt_signals.split(",") if n.strip()]
-        previous = {}
-        for name in names:
-            sig = getattr(signal, name)
-            previous[sig] = signal.signal(sig, self._on_signal)
-
-        def restore() -> None:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-        return restore
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        self._signal = signum
-
-    def _preempt(self) -> None:
-        signum = self._signal or signal.SIGTERM
-        self._boundary(log=self._sums.count > 0, val_source=None)
-        self._save()
-        name = signal.Signals(signum).name
-        msg = (
-            f"hotloop: received {name}: saved the checkpoint of step {self.state.step} in "
-            f"{self.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"
-        )
-        if self.dist.main:
-            print(msg, file=sys.stderr, flush=True)
-        raise Preempted(msg, 128 + signum)

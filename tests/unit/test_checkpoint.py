@@ -14,6 +14,7 @@ from torch import nn
 
 from hotloop import TrainConfig, Trainer, load_checkpoint
 from hotloop import checkpoint as ck
+from hotloop.checkpointer import Checkpointer
 
 from .helpers import regression_data
 
@@ -78,16 +79,28 @@ def test_resume_is_bit_exact(init_model, uninterrupted, tmp_path, stop):
     _assert_same_state(resumed, uninterrupted)
 
 
+class _ForgetsDataPosition(Checkpointer):
+    def resume(self, source):
+        super().resume(source)
+        self.t._epoch_batches = 0
+
+
+class _ForgetsRNG(Checkpointer):
+    def resume(self, source):
+        super().resume(source)
+        torch.manual_seed(1234)
+
+
 class ForgetsDataPosition(Trainer):
-    def _resume(self, source):
-        super()._resume(source)
-        self._epoch_batches = 0
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.checkpointer = _ForgetsDataPosition(self)
 
 
 class ForgetsRNG(Trainer):
-    def _resume(self, source):
-        super()._resume(source)
-        torch.manual_seed(1234)
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.checkpointer = _ForgetsRNG(self)
 
 
 @pytest.mark.parametrize("broken", [ForgetsDataPosition, ForgetsRNG])

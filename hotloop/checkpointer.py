@@ -1,0 +1,279 @@
+"""What a run's checkpoint holds, and the run-level operations on it: save, resume, rollback, preemption.
+
+`checkpoint.py` owns the files (atomic writes, manifests, retention, the newest valid checkpoint, DCP);
+this module owns what goes into them and what a Trainer does with them:
+
+- `state_dict`: model, optimizer, schedule, precision (the GradScaler), counters, data position (epoch,
+  batch, and each rank's source state), every rank's RNG states, history, guard state and config.
+- `resume`: `resume=auto` continues from the newest valid checkpoint (or starts fresh, first moving a
+  previous run's files aside); the result equals the uninterrupted run.
+- `rollback`: after a loss spike or a non-finite step (`nonfinite=rollback`), restore the last good
+  checkpoint, back every LR off (`optim.scale_lr`) and go on with the data after the bad window.
+- preemption: SIGTERM/SIGUSR1 set a flag; the loop saves at the next step (all ranks agree at a log
+  boundary under torchrun) and exits with 128 + the signal number.
+
+The Trainer calls a `Checkpointer` built on itself; its public `state_dict()` and `save_checkpoint()`
+delegate here.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hotloop import checkpoint as ckpt_io
+from hotloop import guard
+from hotloop.data import BatchSource
+from hotloop.errors import Preempted
+from hotloop.logging.jsonl import truncate_metrics
+from hotloop.optim import load_scheduler_state, scale_lr
+
+if TYPE_CHECKING:
+    from hotloop.trainer import Trainer
+
+
+class Checkpointer:
+    """The run-level checkpoint operations of one Trainer (`t`)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.t = trainer
+
+    def rollback(self, reason: str) -> None:
+        """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
+        cfg, gs = self.t.cfg, self.t.guard_state
+        path = ckpt_io.latest_valid(self.t.run_dir)
+        if path is None:
+            guard.warn(f"{reason}: no checkpoint to roll back to (set ckpt_every); training continues")
+            return
+        if gs.rollbacks >= cfg.max_rollbacks:
+            raise guard.GuardError(
+                f"{reason}; already rolled back {gs.rollbacks} time(s) (max_rollbacks={cfg.max_rollbacks}): "
+                "lower lr, raise warmup_steps or clip_grad, or inspect the data around these steps"
+            )
+        state = self.load_into(path)
+        from_step = self.t.state.step
+        self.t.state.step = state["step"]  # the data position stays: the window that caused it is skipped
+        gs.rollbacks += 1
+        gs.lr_scale *= cfg.lr_backoff
+        scale_lr(self.t.optimizer, self.t.scheduler, cfg.lr_backoff)
+        self.t._interval_start = self.t.state.step
+        row = {"step": self.t.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
+               "checkpoint": str(path), "lr_scale": gs.lr_scale}  # fmt: skip
+        self.t.history.append(row)
+        self.t._loggers.log(row)
+
+    # -- saving and resuming ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The complete training state. Taken at a boundary, so no on-device accumulator is pending.
+
+        Under torchrun every rank must call it (each rank's RNG and data position are gathered)."""
+        return {"model": self.t.model.state_dict(), "optimizer": self.t.optimizer.state_dict(), **self.meta_state()}
+
+    def meta_state(self) -> dict[str, Any]:
+        """Everything but the model and optimizer tensors (those go through DCP when sharded)."""
+        source = getattr(self.t, "_train_source", None)
+        ranks = self.t.dist.gather_objects(
+            {"rng": ckpt_io.capture_rng(), "source": source.state_dict() if source is not None else {}}
+        )
+        return {
+            "scheduler": self.t.scheduler.state_dict() if self.t.scheduler is not None else None,
+            "precision": self.t.precision.state_dict(),
+            "step": self.t.state.step,
+            "epoch": self.t.state.epoch,
+            "samples": self.t.state.samples,
+            "tokens": self.t.state.tokens,
+            "data": {
+                "epoch": self.t.state.epoch,
+                "batches": getattr(self.t, "_epoch_batches", 0),
+                "seed": self.t.cfg.seed,
+                "source": ranks[0]["source"],
+                "ranks": [r["source"] for r in ranks],
+            },
+            "rng": ranks[0]["rng"],
+            "rank_rng": [r["rng"] for r in ranks],
+            "world": self.t.dist.world,
+            "history": list(self.t.history),
+            "guard": self.t.guard_state.state_dict(),
+            "config": self.t.cfg.to_dict(),
+        }
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Commit the full training state to `path`, or as the run's checkpoint of the current step.
+
+        strategy=fsdp writes a sharded checkpoint through torch.distributed.checkpoint (every rank its
+        shard, reshardable to any world size); otherwise rank 0 writes one file. Under torchrun every
+        rank must call this."""
+        d = self.t.dist
+        if d.strategy == "fsdp":
+            meta = self.meta_state()
+            if path is not None:
+                return ckpt_io.save_sharded_to(Path(path), self.t.model, self.t.optimizer, meta, d.main, d.barrier)
+            return ckpt_io.save_sharded(
+                self.t.model,
+                self.t.optimizer,
+                meta,
+                self.t.run_dir,
+                self.t.state.step,
+                self.t.cfg.keep_last,
+                d.main,
+                d.barrier,
+            )
+        state = self.t.state_dict()
+        target = Path(path) if path is not None else ckpt_io.checkpoint_path(self.t.run_dir, self.t.state.step)
+        if d.main:
+            if path is not None:
+                ckpt_io.atomic_save(state, path)
+            else:
+                ckpt_io.save_checkpoint(state, self.t.run_dir, self.t.state.step, self.t.cfg.keep_last)
+        d.barrier()  # no rank goes on (or reads the checkpoint) before it is committed
+        return target
+
+    def save_or_stop(self) -> None:
+        try:
+            self.t.save_checkpoint()
+        except OSError as e:
+            last = ckpt_io.latest_valid(self.t.run_dir)
+            msg = (
+                f"could not write the checkpoint of step {self.t.state.step} to {self.t.run_dir / ckpt_io.CKPT_DIR}: "
+                f"{e.strerror or e}. The last good checkpoint is {last or 'none'}; free space or fix permissions, "
+                "then resume with resume=auto"
+            )
+            if self.t.cfg.on_save_error == "warn":
+                warnings.warn(msg, stacklevel=2)
+                return
+            raise ckpt_io.CheckpointError(msg) from None
+
+    def resume(self, source: BatchSource) -> None:
+        spec = self.t.cfg.resume
+        if spec is None or (spec == "auto" and not ckpt_io.committed(self.t.run_dir)):
+            if self.t.state.step == 0:
+                self.set_aside_previous_run()
+            return  # resume=auto starts fresh when there is nothing to resume
+        path = ckpt_io.resolve(self.t.run_dir if spec == "auto" else spec, strict=self.t.cfg.resume_strict)
+        state = self.load_into(path)
+        self.check_compatible(state, path)
+        self.t.guard_state.load_state_dict(state.get("guard", {}))  # the LR scale is in the saved LRs already
+        st = self.t.state
+        st.step, st.epoch = state["step"], state["epoch"]
+        st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
+        self.t._epoch_batches = state["data"]["batches"]
+        same_world = state.get("world", 1) == self.t.dist.world
+        r = self.t.dist.rank if same_world else 0
+        ranks = state["data"].get("ranks") or [state["data"].get("source", {})]
+        source.load_state_dict(ranks[r] if r < len(ranks) else ranks[0])
+        ckpt_io.restore_rng((state.get("rank_rng") or [state["rng"]])[r] if same_world else state["rng"])
+        self.t.history = list(state.get("history", []))
+        if self.t.dist.main:
+            truncate_metrics(self.t.run_dir / "metrics.jsonl", st.step)
+            print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self.t._epoch_batches})")
+
+    def set_aside_previous_run(self) -> None:
+        """A fresh run in a run_dir holding another run's checkpoints or metrics moves them to
+        `previous/<time>/` first: nothing is lost, and neither metrics.jsonl nor a later resume=auto mixes
+        the two runs."""
+        if self.t.dist.main:
+            ckpts, metrics = self.t.run_dir / ckpt_io.CKPT_DIR, self.t.run_dir / "metrics.jsonl"
+            old = [p for p in (ckpts, metrics) if p.is_file() or (p.is_dir() and any(p.iterdir()))]
+            if old:
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                dest = self.t.run_dir / "previous" / stamp
+                n = 1
+                while dest.exists():
+                    n += 1
+                    dest = self.t.run_dir / "previous" / f"{stamp}-{n}"
+                dest.mkdir(parents=True)
+                for p in old:
+                    p.rename(dest / p.name)
+                print(
+                    f"hotloop: {self.t.run_dir} held a previous run; moved its {' and '.join(p.name for p in old)} to "
+                    f"{dest} (to continue a run instead, pass resume=auto)"
+                )
+        self.t.dist.barrier()
+
+    def load_into(self, path: Path) -> dict[str, Any]:
+        """Load a checkpoint (one file, or sharded through DCP, from any world size) into the model,
+        optimizer, schedule and precision; return the rest of its state."""
+        if ckpt_io.is_sharded(path):
+            meta = ckpt_io.load_sharded_into(path, self.t.model, self.t.optimizer)
+            self.load_training_state(meta, path, tensors=False)
+            return meta
+        # Model and optimizer tensors are copied into this run's (on its device) by load_state_dict; the RNG
+        # and data state must stay CPU tensors, whatever device the run is on.
+        state = ckpt_io.load_checkpoint(path, map_location="cpu")
+        if self.t.dist.strategy == "fsdp" and self.t.dist.active:  # a one-file checkpoint into a sharded model
+            ckpt_io.load_full_into_sharded(state, self.t.model, self.t.optimizer)
+            self.load_training_state(state, path, tensors=False)
+        else:
+            self.load_training_state(state, path)
+        return state
+
+    def load_training_state(self, state: dict[str, Any], path: Path | None = None, tensors: bool = True) -> None:
+        """Model, optimizer (unless already loaded: `tensors=False`), schedule position and precision."""
+        if tensors:
+            try:
+                self.t.model.load_state_dict(state["model"])
+            except RuntimeError as e:
+                raise ckpt_io.CheckpointError(
+                    f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
+                ) from None
+            self.t.optimizer.load_state_dict(state["optimizer"])
+        if self.t.scheduler is not None and state.get("scheduler"):
+            load_scheduler_state(self.t.scheduler, state["scheduler"])
+        self.t.precision.load_state_dict(state["precision"])
+
+    MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "classify", "seed")
+
+    def check_compatible(self, state: dict[str, Any], path: Path) -> None:
+        old, new = dict(state.get("config", {})), self.t.cfg.to_dict()
+        if "batch_size" in old:
+            old["batch_size"] = old["batch_size"] * state.get("world", 1)
+            new["batch_size"] = new["batch_size"] * self.t.dist.world
+        label = {"batch_size": "batch_size x ranks"}  # per rank: what must match is the global batch
+        changed = [f"{label.get(k, k)}: {old[k]} -> {new[k]}" for k in self.MATH_KEYS if k in old and old[k] != new[k]]
+        if changed:
+            warnings.warn(
+                f"resuming {path} with a config that changes the math ({'; '.join(changed)}): the run will not "
+                "equal an uninterrupted one",
+                stacklevel=3,
+            )
+
+    # -- preemption -----------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> Callable[[], None]:
+        """The handler only sets a flag; the loop saves at the next step boundary (never mid-backward)."""
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        names = [n.strip() for n in self.t.cfg.preempt_signals.split(",") if n.strip()]
+        previous = {}
+        for name in names:
+            sig = getattr(signal, name)
+            previous[sig] = signal.signal(sig, self.on_signal)
+
+        def restore() -> None:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+        return restore
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.t._signal = signum
+
+    def preempt(self) -> None:
+        signum = self.t._signal or signal.SIGTERM
+        self.t._boundary(log=self.t._sums.count > 0, val_source=None)
+        self.save_or_stop()
+        name = signal.Signals(signum).name
+        msg = (
+            f"hotloop: received {name}: saved the checkpoint of step {self.t.state.step} in "
+            f"{self.t.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"
+        )
+        if self.t.dist.main:
+            print(msg, file=sys.stderr, flush=True)
+        raise Preempted(msg, 128 + signum)
