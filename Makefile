@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test lint clean
+.PHONY: setup demo test lint clean gpu-check
 
 setup: $(VENV)/.installed
 
@@ -27,3 +27,9 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# On a CUDA machine (no network needed): install hotloop into that machine's Python, run tests/gpu and the
+# CUDA benchmarks, print one table (JSON under $$OUT when set). See tests/gpu/check.py.
+gpu-check:
+	$(PYTHON) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PYTHON) tests/gpu/check.py

@@ -226,6 +226,9 @@ class TrainConfig:
     """Where config.yaml, metrics.jsonl, checkpoints and TensorBoard events go."""
     seed: int = 0
     """Seed for Python, NumPy and torch RNGs and the data order."""
+    deterministic: bool = False
+    """Deterministic kernels (`torch.use_deterministic_algorithms`, cuBLAS workspace config): a resumed CUDA
+    run then equals the uninterrupted one bit for bit, at some speed cost. CPU kernels already are."""
     device: str = "auto"
     """auto (cuda if available, else cpu), cpu, cuda, cuda:N."""
     num_workers: int | None = None

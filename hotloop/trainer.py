@@ -12,6 +12,7 @@ are read with one transfer (`metrics.read_scalars`).
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -122,6 +123,10 @@ class Trainer:
         self.dist, device = distributed.setup(cfg.strategy, cfg.device, cfg.dist_timeout)
         """This rank's place in a torchrun job (rank 0 of 1 without one); see `distributed.py`."""
         self.device = resolve_device(device)
+        if cfg.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.benchmark = False
         seed_everything(cfg.seed)  # the same on every rank: identical initial weights before any sharding
         self.model = model.to(self.device)
         self.precision = resolve_precision(cfg.precision, self.device)
