@@ -62,7 +62,7 @@ class Checkpointer:
         gs.rollbacks += 1
         gs.lr_scale *= cfg.lr_backoff
         scale_lr(self.t.optimizer, self.t.scheduler, cfg.lr_backoff)
-        self.t._interval_start = self.t.state.step
+        self.t._interval.reset(self.t.state.step)
         row = {"step": self.t.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
                "checkpoint": str(path), "lr_scale": gs.lr_scale}  # fmt: skip
         self.t.history.append(row)
@@ -267,7 +267,7 @@ class Checkpointer:
 
     def preempt(self) -> None:
         signum = self.t._signal or signal.SIGTERM
-        self.t._boundary(log=self.t._sums.count > 0, val_source=None)
+        self.t._boundary(log=self.t._interval.steps > 0, val_source=None)
         self.save_or_stop()
         name = signal.Signals(signum).name
         msg = (

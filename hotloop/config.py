@@ -241,7 +241,14 @@ class TrainConfig:
     drop_last: bool = True
     """Drop the last partial training batch of an epoch (keeps shapes static)."""
     tensorboard: bool = True
-    """Write TensorBoard events when the `tensorboard` package is installed."""
+    """Write TensorBoard events when the `tensorboard` package is installed (with `loggers=auto`)."""
+    loggers: str = "auto"
+    """Sinks for each log row, each behind its own writer thread (never blocking the loop): auto (metrics.jsonl,
+    plus TensorBoard when installed), or a comma-separated list of jsonl, csv, tensorboard, wandb, mlflow.
+    metrics.jsonl is always written."""
+    flops_per_token: float | None = None
+    """Training FLOPs per token (6N + attention for a transformer; recipes set it): rows then carry `mfu`
+    against the GPU's dense bf16 peak."""
     progress: str = "auto"
     """Console display: auto (rich on a terminal, plain lines otherwise), rich, plain, off."""
     strategy: str = "auto"
@@ -331,6 +338,10 @@ class TrainConfig:
             _fail("data_on_device", self.data_on_device, "auto, true, false")
         if self.progress not in PROGRESS:
             _fail("progress", self.progress, ", ".join(PROGRESS))
+        from hotloop.logging.sinks import parse_loggers
+
+        parse_loggers(self.loggers)
+        _positive("flops_per_token", self.flops_per_token, optional=True)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -44,9 +44,11 @@ from hotloop.data import (
 )
 from hotloop.errors import ConfigError, DataError
 from hotloop.evaluate import evaluate
-from hotloop.logging import JsonlSink, Loggers, TensorBoardSink, tensorboard_available
+from hotloop.interval import LogInterval
+from hotloop.logging import Loggers
 from hotloop.logging.console import Clock, make_console
-from hotloop.metrics import RunningSums, compute_metric_objects, read_scalars
+from hotloop.logging.sinks import build_sinks, parse_loggers
+from hotloop.metrics import compute_metric_objects, read_scalars
 from hotloop.optim import (
     build_scheduler,
     is_plateau,
@@ -259,22 +261,20 @@ class Trainer:
         if self.state.step == 0:
             step_fn.inspect_grads = self._probe_grad_health
         self._probes: dict[str, torch.Tensor] = {}
-        self._flags: list[torch.Tensor] = []
-        self._interval_start = self.state.step
         self.run_dir.mkdir(parents=True, exist_ok=True)
         main = self.dist.main  # only rank 0 prints and writes files
         if main:
             cfg.save(self.run_dir / "config.yaml")
         console = make_console(cfg.progress if main else "off", planned)
-        sinks: list[Any] = [console, JsonlSink(self.run_dir / "metrics.jsonl")] if main else [console]
-        if main and cfg.tensorboard and tensorboard_available():
-            sinks.append(TensorBoardSink(self.run_dir / "tensorboard"))
-        if main:
-            sinks.extend(self.extra_loggers)
+        sinks: list[Any] = [console]
+        if main:  # only rank 0 logs
+            resumed = cfg.resume is not None and self.state.step > 0
+            sinks += build_sinks(parse_loggers(cfg.loggers), self.run_dir, cfg.to_dict(), resumed, cfg.tensorboard)
+            sinks += self.extra_loggers
         self._loggers, self._console = Loggers(sinks), console
-        self._sums, self._clock, self._interval_time = RunningSums(), Clock(), 0.0
-        self._interval_samples = self._interval_tokens = 0
-        self._tokens_dev: torch.Tensor | None = None
+        self._interval = LogInterval(cfg.clip_grad, self.dist.world, self.device, cfg.flops_per_token)
+        self._interval.reset(self.state.step)
+        self._clock = Clock()
         self._step_fn = step_fn
         self._noted: set[str] = set()
         self.model.train()
@@ -284,13 +284,14 @@ class Trainer:
         restore_signals = self.checkpointer.install_signal_handlers()
         try:
             self._loop(step_fn, source, val_source)
-            self._boundary(log=self._sums.count > 0, val_source=val_source)
+            self._boundary(log=self._interval.steps > 0, val_source=val_source)
             self.checkpointer.save_or_stop()
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         finally:
             restore_signals()
-            self._loggers.close()
+            self._loggers.flush()  # metrics.jsonl and the other fast sinks are complete when fit returns
+            self._loggers.close(wait=False)  # slow sinks finish in their threads before the process exits
         return self
 
     def _loop(self, step_fn: TrainStep, source: BatchSource, val_source: BatchSource | None) -> None:
@@ -303,26 +304,21 @@ class Trainer:
             skip = self._epoch_batches  # > 0 only when resuming mid-epoch
             exact = source.length if isinstance(source, (TensorSlices, LoaderSource)) else None
             remaining = exact - skip if exact is not None and self.device.type == "cuda" else None
+            waited = time.perf_counter()
             for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum, remaining):
+                self._interval.wait_s += time.perf_counter() - waited  # the host waited for data (no sync)
                 produced = True
                 out = step_fn(window)
                 self._epoch_batches += len(window)
                 self._last_lr = out.lr
-                self._sums.add({**out.metrics, "grad_norm": out.grad_norm})
-                self._flags.append(out.nonfinite)
+                samples = out.samples * self.dist.world  # every rank steps on an equal share
+                self._interval.add(out.metrics, out.grad_norm, out.nonfinite, samples)
                 if state.step == 0:
                     self._probes["initial_loss"] = out.metrics["loss"]
                 state.step += 1
-                samples = out.samples * self.dist.world  # every rank steps on an equal share
                 state.samples += samples
-                self._interval_samples += samples
                 if self.batch_tokens is not None:
-                    tokens = sum(self.batch_tokens(b) for b in window)
-                    if isinstance(tokens, torch.Tensor):  # summed on the device; counted at the next log boundary
-                        self._tokens_dev = tokens if self._tokens_dev is None else self._tokens_dev + tokens
-                    else:
-                        state.tokens += tokens * self.dist.world
-                        self._interval_tokens += tokens * self.dist.world
+                    self._interval.add_tokens(sum(self.batch_tokens(b) for b in window))
                 self._console.advance()
                 for cb in self.callbacks:
                     cb.on_step_end(self, out)
@@ -339,6 +335,7 @@ class Trainer:
                     self.checkpointer.save_or_stop()
                 if self._stop_all:
                     self.checkpointer.preempt()
+                waited = time.perf_counter()
             if not produced:
                 if skip:  # resumed exactly at the end of an epoch
                     self._epoch_batches = 0
@@ -358,23 +355,17 @@ class Trainer:
     def _boundary(self, log: bool, val_source: BatchSource | None) -> None:
         """Read every pending metric with one host transfer, then write the row everywhere."""
         elapsed, since = self._clock.lap()
-        self._interval_time += since  # training time only: evaluation time is excluded below
-        pending: dict[str, torch.Tensor] = self._sums.means() if log else {}
+        interval = self._interval
+        interval.seconds += since  # training time only: evaluation time is excluded below
+        pending: dict[str, torch.Tensor] = interval.pending() if log else {}
         metric_objects = self._step_fn.metric_objects if log else {}
-        for k, m in metric_objects.items():
-            if getattr(m, "validate_args", False) and k not in self._noted and self.dist.main:
-                self._noted.add(k)
-                print(f"hotloop: note: the metric '{k}' ({type(m).__name__}) checks its arguments on every update, "
-                      "which reads the device each step; create it with validate_args=False")  # fmt: skip
         if log:
+            self._note_metric_checks(metric_objects)
             pending.update(compute_metric_objects(metric_objects))  # torchmetrics, computed on the device
             for cb in self.callbacks:  # the callbacks' own device tensors ride in the same read
                 pending.update(cb.log_tensors(self) or {})
             pending.update({f"_{k}": v for k, v in self._probes.items()})
-            if self._flags:
-                pending["_nonfinite"] = torch.stack(self._flags)
-            if self._tokens_dev is not None:
-                pending["_tokens"] = self._tokens_dev
+        eval_start = time.perf_counter()
         if val_source is not None:
             pending.update(evaluate(self, val_source))
         if not pending:
@@ -385,23 +376,19 @@ class Trainer:
         probes = {k[1:]: values.pop(k) for k in list(values) if k.startswith("_")}
         row: dict[str, Any] = {"step": self.state.step, "epoch": self.state.epoch}
         if log:
-            row.update({k: v for k, v in values.items() if not k.startswith(("_", "val_"))})
-            if "tokens" in probes:
-                tokens = round(probes.pop("tokens") * self.dist.world)  # the mean over ranks, times the ranks
-                self.state.tokens += tokens
-                self._interval_tokens += tokens
-                self._tokens_dev = None
+            row.update({k: v for k, v in values.items() if not k.startswith("val_")})
             row["lr"] = self._last_lr
-            row["samples_per_s"] = self._interval_samples / max(self._interval_time, 1e-9)
-            if self.batch_tokens is not None:
-                row["tokens_per_s"] = self._interval_tokens / max(self._interval_time, 1e-9)
+            row.update(interval.row(probes))
+            self.state.tokens += interval.tokens
             row.update({k: fn() for k, fn in self.host_metrics.items()})
         val = {k: v for k, v in values.items() if k.startswith("val_")}
         row.update(val)
+        if val:
+            row["eval_s"] = round(time.perf_counter() - eval_start, 4)
         if "val_loss" in val and is_plateau(self.scheduler):
             self.scheduler.step(val["val_loss"])
         row["elapsed_s"] = round(elapsed, 3)
-        bad_steps = [self._interval_start + 1 + i for i, f in enumerate(probes.pop("nonfinite", [])) if f]
+        bad_steps = [interval.start_step + 1 + i for i, f in enumerate(probes.pop("nonfinite", [])) if f]
         if bad_steps:
             row["nonfinite_steps"] = bad_steps
         if "initial_loss" in probes:
@@ -412,11 +399,7 @@ class Trainer:
         if log:  # an eval-only boundary leaves the log interval running (its sums and non-finite flags unread)
             for m in metric_objects.values():
                 m.reset()
-            self._sums.reset()
-            self._flags = []
-            self._interval_start = self.state.step
-            self._interval_samples = self._interval_tokens = 0
-            self._interval_time = 0.0
+            interval.reset(self.state.step)
         self._clock.last = time.perf_counter()  # evaluation time does not count as training time
         self.history.append(row)
         self._loggers.log(row)
@@ -427,6 +410,13 @@ class Trainer:
                 cb.on_validation_end(self, val)
         if log:
             self._after_read(row, probes, bad_steps)
+
+    def _note_metric_checks(self, metric_objects: dict[str, Any]) -> None:
+        for k, m in metric_objects.items():
+            if getattr(m, "validate_args", False) and k not in self._noted and self.dist.main:
+                self._noted.add(k)
+                print(f"hotloop: note: the metric '{k}' ({type(m).__name__}) checks its arguments on every update, "
+                      "which reads the device each step; create it with validate_args=False")  # fmt: skip
 
     def _reduce(self, flat: torch.Tensor) -> torch.Tensor:
         """Mean over ranks of the boundary vector (metrics, eval, probes, flags): one all-reduce.

@@ -54,6 +54,9 @@ def short_info(row: dict[str, Any]) -> str:
 class Console:
     """`mode`: rich, plain or off (`auto` is resolved by `make_console`)."""
 
+    fast = True
+    name = "console"
+
     def __init__(self, mode: str, total: int | None) -> None:
         self.mode, self.total = mode, total
         self.progress = None

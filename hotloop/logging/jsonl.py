@@ -17,6 +17,9 @@ def _clean(v: Any) -> Any:
 
 
 class JsonlSink:
+    fast = True
+    name = "jsonl"
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()

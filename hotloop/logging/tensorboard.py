@@ -12,6 +12,9 @@ def tensorboard_available() -> bool:
 
 
 class TensorBoardSink:
+    fast = True
+    name = "tensorboard"
+
     def __init__(self, log_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
