@@ -43,6 +43,8 @@ class Checkpointer:
 
     def __init__(self, trainer: Trainer) -> None:
         self.t = trainer
+        self.events: list[dict[str, Any]] = []
+        """Event rows (a resume) that happen before the run's loggers exist; `fit` logs them first."""
 
     def rollback(self, reason: str) -> None:
         """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
@@ -173,6 +175,7 @@ class Checkpointer:
         if self.t.dist.main:
             truncate_metrics(self.t.run_dir / "metrics.jsonl", st.step)
             print(f"hotloop: resumed from {path} at step {st.step} (epoch {st.epoch}, batch {self.t._epoch_batches})")
+        self.events.append({"step": st.step, "event": "resume", "reason": f"from {path.name}"})
 
     def set_aside_previous_run(self) -> None:
         """A fresh run in a run_dir holding another run's checkpoints or metrics moves them to
@@ -270,6 +273,7 @@ class Checkpointer:
         self.t._boundary(log=self.t._interval.steps > 0, val_source=None)
         self.save_or_stop()
         name = signal.Signals(signum).name
+        self.t._loggers.log({"step": self.t.state.step, "event": "preempt", "reason": name})
         msg = (
             f"hotloop: received {name}: saved the checkpoint of step {self.t.state.step} in "
             f"{self.t.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"

@@ -69,7 +69,31 @@ def _fit(args: argparse.Namespace) -> int:
         return run_doctor(["python", "-m", "hotloop", "fit", *config, *rest])
     if cfg.recipe is None:
         raise ConfigError("hotloop fit needs a recipe (recipe=gpt); to train your own model use hotloop.Trainer")
-    get_recipe(cfg.recipe).run(cfg)
+    try:
+        get_recipe(cfg.recipe).run(cfg)
+    finally:  # at the end of every run, a preempted one included
+        _write_report(cfg.run_dir)
+    return 0
+
+
+def _write_report(run_dir: str) -> None:
+    import os
+    from pathlib import Path
+
+    if os.environ.get("RANK", "0") != "0" or not (Path(run_dir) / "metrics.jsonl").is_file():
+        return
+    from hotloop.report import write_report
+
+    try:
+        print(f"hotloop: report: {write_report([run_dir])}", flush=True)
+    except Exception as e:  # the run's own outcome matters more than its report
+        print(f"hotloop: could not write the report of {run_dir}: {e}", file=sys.stderr)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from hotloop.report import write_report
+
+    print(write_report(args.run_dirs, out=args.out))
     return 0
 
 
@@ -243,6 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
     lint.add_argument("--fix", action="store_true", help="apply the safe mechanical fixes (HL003, HL012, HL013)")
     lint.add_argument("--explain", metavar="CODE", help="explain a rule: why, a bad and a good example, the fix")
     lint.set_defaults(func=_lint)
+    rep = sub.add_parser("report", help="write a self-contained HTML report of one or more runs (curves overlaid)")
+    rep.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    rep.add_argument("--out", help="the HTML file (default: RUN_DIR/report.html of the first run)")
+    rep.set_defaults(func=_report)
     bench = sub.add_parser("bench", help="benchmark hotloop against plain PyTorch, Lightning and Accelerate")
     bench.add_argument(
         "--workload",

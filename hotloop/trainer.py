@@ -272,6 +272,9 @@ class Trainer:
             sinks += build_sinks(parse_loggers(cfg.loggers), self.run_dir, cfg.to_dict(), resumed, cfg.tensorboard)
             sinks += self.extra_loggers
         self._loggers, self._console = Loggers(sinks), console
+        for row in self.checkpointer.events:
+            self._loggers.log(row)
+        self.checkpointer.events.clear()
         self._interval = LogInterval(cfg.clip_grad, self.dist.world, self.device, cfg.flops_per_token)
         self._interval.reset(self.state.step)
         self._clock = Clock()
