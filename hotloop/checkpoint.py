@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 import warnings
@@ -102,7 +103,17 @@ def verify(ckpt: Path) -> str | None:
     try:
         manifest = json.loads(mpath.read_text())
         files = manifest["files"]
-    except (ValueError, KeyError, TypeError):
+        ok = (
+            isinstance(files, dict)
+            and files
+            and all(
+                isinstance(m, dict) and isinstance(m.get("size"), int) and isinstance(m.get("sha256"), str)
+                for m in files.values()
+            )
+        )
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        ok = False
+    if not ok:
         return "unreadable manifest"
     for name, meta in files.items():
         f = ckpt.parent / name
@@ -210,6 +221,61 @@ def resolve(path: str | Path, strict: bool = False) -> Path:
     return p
 
 
+def _legacy_numpy_globals() -> list[Any]:
+    """The NumPy types an older checkpoint's RNG state pickled (an ndarray of uint32): data, never code."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    found = [core.multiarray._reconstruct, np.ndarray, np.dtype]
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None and hasattr(dtypes, "UInt32DType"):
+        found.append(dtypes.UInt32DType)
+    return found
+
+
+def safe_load(path: Path) -> Any:
+    """`torch.load(weights_only=True)`: tensors and plain Python values only, so a file never runs code.
+
+    Checkpoints written before hotloop stored NumPy's RNG state as a tensor hold one uint32 ndarray; its
+    three NumPy types are allowed (they rebuild an array, nothing else). Anything else is refused with
+    one line naming the file and what it holds.
+    """
+    try:
+        with torch.serialization.safe_globals(_legacy_numpy_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        what = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
+        raise CheckpointError(
+            f"refused to load {path}: it holds a Python object no hotloop checkpoint contains"
+            f"{f' ({what[:160]})' if what else ''}, and unpickling it could run code. If you made this file "
+            f"and trust it, convert it once: python -c \"import hotloop.checkpoint as c; c.convert_trusted('{path}')\""
+        ) from None
+    except Exception as e:  # truncated or garbage bytes
+        first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise CheckpointError(f"cannot read checkpoint {path}: {first}") from None
+
+
+def convert_trusted(path: str | Path) -> Path:
+    """Rewrite a checkpoint *you trust* (an older format, or one holding extra objects) so it loads with
+    `weights_only=True`: loaded with full unpickling once, its RNG state normalised, saved again and its
+    manifest refreshed. Never call this on a file from someone else."""
+    p = Path(path)
+    state = torch.load(p, map_location="cpu", weights_only=False)  # the caller vouches for this file
+    if isinstance(state, dict) and isinstance(state.get("rng"), dict):
+        rngs = [state["rng"], *state.get("rank_rng", [])]
+        for rng in rngs:
+            n = rng.get("numpy")
+            if isinstance(n, tuple):
+                rng["numpy"] = _numpy_state(n)
+    atomic_save(state, p)
+    mpath = _manifest_path(p)
+    if mpath.is_file():
+        manifest = json.loads(mpath.read_text())
+        manifest["files"][p.name] = {"size": p.stat().st_size, "sha256": sha256_file(p)}
+        _atomic_write(mpath, lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    return p
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load a checkpoint file, or the newest valid checkpoint of a run directory.
 
@@ -224,15 +290,70 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if is_sharded(p):
         state = _load_sharded_full(p)
     else:
-        try:
-            state = torch.load(p, map_location="cpu", weights_only=False)
-        except Exception as e:  # a file without a manifest can still be garbage
-            raise CheckpointError(f"cannot read checkpoint {p}: {e}") from None
+        state = safe_load(p)
+    check_state(state, p, full=False)
     if str(map_location) != "cpu" and isinstance(state, dict):
         for key in ("model", "optimizer"):
             if key in state:
                 state[key] = _tree_to(state[key], map_location)
     return state
+
+
+_FULL_STATE = {"optimizer": dict, "epoch": int, "data": dict, "rng": dict, "history": list, "precision": dict}
+
+
+def check_state(state: Any, path: Path, full: bool = True) -> None:
+    """Raise a `CheckpointError` naming `path` and every problem unless `state` is a hotloop state.
+
+    A file can pass its manifest's hash and still not be one (written by something else, or edited):
+    this turns what would be a `KeyError` deep in a resume into one line. `full`: everything a resume
+    needs; otherwise what `sample`/`validate`/`load_checkpoint` need (model, step, config)."""
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} is not a hotloop state: it holds a {type(state).__name__}")
+    need: dict[str, type] = {"model": dict, "step": int, "config": dict, **(_FULL_STATE if full else {})}
+    problems = []
+    for key, kind in need.items():
+        if key not in state:
+            problems.append(f"`{key}` is missing")
+        elif not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool)):
+            problems.append(f"`{key}` is a {type(state[key]).__name__}, not a {kind.__name__}")
+    if isinstance(state.get("model"), dict):
+        odd = [k for k, v in state["model"].items() if not isinstance(v, torch.Tensor)]
+        if odd:
+            problems.append(f"`model` entries that are not tensors: {', '.join(map(str, odd[:3]))}")
+    if full and isinstance(state.get("data"), dict) and not isinstance(state["data"].get("batches"), int):
+        problems.append("`data.batches` (the data position) is missing or not an integer")
+    if full and isinstance(state.get("rng"), dict) and not isinstance(state["rng"].get("torch"), torch.Tensor):
+        problems.append("`rng.torch` (the torch RNG state) is missing")
+    if full and isinstance(state.get("history"), list) and not all(isinstance(r, dict) for r in state["history"]):
+        problems.append("`history` holds entries that are not rows")
+    if problems:
+        raise CheckpointError(f"checkpoint {path} is not a valid hotloop state: {'; '.join(problems)}")
+
+
+def config_of(state: dict[str, Any], path: Path) -> Any:
+    """The run's `TrainConfig` from a checkpoint, or a `CheckpointError` naming the file."""
+    from hotloop.config import build_config
+    from hotloop.errors import ConfigError
+
+    try:
+        return build_config(state["config"])
+    except ConfigError as e:
+        raise CheckpointError(f"checkpoint {path} holds an invalid config: {e}") from None
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+    """`model.load_state_dict(weights)` for sample/validate/teachers: a mismatch or non-finite weights are one line."""
+    try:
+        model.load_state_dict(weights)
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} does not fit this model: {str(e).splitlines()[0][:300]}") from None
+    bad = [n for n, t in model.state_dict().items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {path} holds non-finite weights ({', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}): "
+            "that run diverged; use an earlier checkpoint or train again with a lower lr"
+        )
 
 
 def _tree_to(obj: Any, device: str | torch.device) -> Any:
@@ -246,14 +367,15 @@ def _tree_to(obj: Any, device: str | torch.device) -> Any:
 
 
 def capture_rng() -> dict[str, Any]:
-    """Python, NumPy, torch CPU and every CUDA device's RNG state."""
+    """Python, NumPy, torch CPU and every CUDA device's RNG state, as tensors and plain Python values only
+    (NumPy's key array becomes a tensor), so the checkpoint loads with `weights_only=True`."""
     import random
 
     import numpy as np
 
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": _numpy_state(np.random.get_state()),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -267,10 +389,24 @@ def restore_rng(state: dict[str, Any]) -> None:
     import numpy as np
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    n = state["numpy"]
+    if isinstance(n, dict):
+        keys = n["keys"].numpy().astype(np.uint32)
+        np.random.set_state((n["kind"], keys, n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    else:  # the format before weights_only loading: a tuple holding an ndarray
+        np.random.set_state(n)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _numpy_state(state: tuple) -> dict[str, Any]:
+    """NumPy's (kind, uint32 keys, pos, has_gauss, cached) as a dict of a tensor and plain values."""
+    import numpy as np
+
+    kind, keys, pos, has_gauss, cached = state
+    keys = torch.from_numpy(np.asarray(keys).astype(np.int64))
+    return {"kind": kind, "keys": keys, "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
 
 
 # -- sharded checkpoints (strategy=fsdp): torch.distributed.checkpoint ---------------------------------
@@ -353,7 +489,7 @@ def load_sharded_into(path: Path, model: torch.nn.Module, optimizer: torch.optim
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointError(f"cannot load sharded checkpoint {path} into this model: {first}") from None
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-    return torch.load(path / "meta.pt", map_location="cpu", weights_only=False)
+    return safe_load(path / "meta.pt")
 
 
 def load_full_into_sharded(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -388,6 +524,6 @@ def _load_sharded_full(path: Path) -> dict[str, Any]:
         out = Path(d) / "full.pt"
         with _quiet_single_process():
             dcp_to_torch_save(str(path), str(out))
-        full = torch.load(out, map_location="cpu", weights_only=False)
-    meta = torch.load(path / "meta.pt", map_location="cpu", weights_only=False)
+        full = safe_load(out)
+    meta = safe_load(path / "meta.pt")
     return {**meta, "model": full["model"], "optimizer": full["optimizer"]}

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from hotloop import checkpoint as ckpt_io
 from hotloop import guard
 from hotloop.data import BatchSource
@@ -63,6 +65,7 @@ class Checkpointer:
         self.t.state.step = state["step"]  # the data position stays: the window that caused it is skipped
         gs.rollbacks += 1
         gs.lr_scale *= cfg.lr_backoff
+        gs.streak = 0  # the weights are the good ones again
         scale_lr(self.t.optimizer, self.t.scheduler, cfg.lr_backoff)
         self.t._interval.reset(self.t.state.step)
         row = {"step": self.t.state.step, "event": "rollback", "reason": reason, "from_step": from_step,
@@ -111,8 +114,15 @@ class Checkpointer:
 
         strategy=fsdp writes a sharded checkpoint through torch.distributed.checkpoint (every rank its
         shard, reshardable to any world size); otherwise rank 0 writes one file. Under torchrun every
-        rank must call this."""
+        rank must call this. Weights that are not finite are never saved: the newest valid checkpoint stays
+        the last good one."""
         d = self.t.dist
+        if not self.weights_finite():
+            last = ckpt_io.latest_valid(self.t.run_dir)
+            raise guard.GuardError(
+                f"the weights are not finite at step {self.t.state.step}: not saved (the last good checkpoint is "
+                f"{last or 'none'}); the run diverged - lower lr, set clip_grad, or use nonfinite=rollback"
+            )
         if d.strategy == "fsdp":
             meta = self.meta_state()
             if path is not None:
@@ -136,6 +146,17 @@ class Checkpointer:
                 ckpt_io.save_checkpoint(state, self.t.run_dir, self.t.state.step, self.t.cfg.keep_last)
         d.barrier()  # no rank goes on (or reads the checkpoint) before it is committed
         return target
+
+    def weights_finite(self) -> bool:
+        """All parameters finite, on every rank (a checkpoint boundary: one read)."""
+        params = [p.to_local() if hasattr(p, "to_local") else p for p in self.t.model.parameters()]
+        params = [p for p in params if p.numel() and p.is_floating_point()]
+        if not params:
+            return True
+        ok = torch.stack([p.detach().isfinite().all() for p in params]).all().float().reshape(1)
+        if self.t.dist.active:
+            ok = self.t.dist.reduce_vector(ok) / self.t.dist.world
+        return bool(ok.item() == 1.0)  # sync: checkpoint boundary
 
     def save_or_stop(self) -> None:
         try:
@@ -161,16 +182,21 @@ class Checkpointer:
         path = ckpt_io.resolve(self.t.run_dir if spec == "auto" else spec, strict=self.t.cfg.resume_strict)
         state = self.load_into(path)
         self.check_compatible(state, path)
-        self.t.guard_state.load_state_dict(state.get("guard", {}))  # the LR scale is in the saved LRs already
         st = self.t.state
-        st.step, st.epoch = state["step"], state["epoch"]
-        st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
-        self.t._epoch_batches = state["data"]["batches"]
-        same_world = state.get("world", 1) == self.t.dist.world
-        r = self.t.dist.rank if same_world else 0
-        ranks = state["data"].get("ranks") or [state["data"].get("source", {})]
-        source.load_state_dict(ranks[r] if r < len(ranks) else ranks[0])
-        ckpt_io.restore_rng((state.get("rank_rng") or [state["rng"]])[r] if same_world else state["rng"])
+        try:  # a file that passed its hash and the schema check can still hold inconsistent internals
+            self.t.guard_state.load_state_dict(dict(state.get("guard", {})))  # the LR scale is in the saved LRs
+            st.step, st.epoch = state["step"], state["epoch"]
+            st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
+            self.t._epoch_batches = state["data"]["batches"]
+            same_world = state.get("world", 1) == self.t.dist.world
+            r = self.t.dist.rank if same_world else 0
+            ranks = state["data"].get("ranks") or [state["data"].get("source", {})]
+            source.load_state_dict(ranks[r] if r < len(ranks) else ranks[0])
+            ckpt_io.restore_rng((state.get("rank_rng") or [state["rng"]])[r] if same_world else state["rng"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError) as e:
+            raise ckpt_io.CheckpointError(
+                f"checkpoint {path} is not a valid hotloop state: {type(e).__name__}: {str(e)[:200]}"
+            ) from None
         self.t.history = list(state.get("history", []))
         if self.t.dist.main:
             truncate_metrics(self.t.run_dir / "metrics.jsonl", st.step)
@@ -210,6 +236,7 @@ class Checkpointer:
         # Model and optimizer tensors are copied into this run's (on its device) by load_state_dict; the RNG
         # and data state must stay CPU tensors, whatever device the run is on.
         state = ckpt_io.load_checkpoint(path, map_location="cpu")
+        ckpt_io.check_state(state, path, full=True)  # everything a resume needs, or one line naming what is not
         if self.t.dist.strategy == "fsdp" and self.t.dist.active:  # a one-file checkpoint into a sharded model
             ckpt_io.load_full_into_sharded(state, self.t.model, self.t.optimizer)
             self.load_training_state(state, path, tensors=False)
@@ -219,17 +246,18 @@ class Checkpointer:
 
     def load_training_state(self, state: dict[str, Any], path: Path | None = None, tensors: bool = True) -> None:
         """Model, optimizer (unless already loaded: `tensors=False`), schedule position and precision."""
-        if tensors:
-            try:
+        try:
+            if tensors:
                 self.t.model.load_state_dict(state["model"])
-            except RuntimeError as e:
-                raise ckpt_io.CheckpointError(
-                    f"checkpoint {path or ''} does not fit this model (a different shape?): {str(e).splitlines()[0]}"
-                ) from None
-            self.t.optimizer.load_state_dict(state["optimizer"])
-        if self.t.scheduler is not None and state.get("scheduler"):
-            load_scheduler_state(self.t.scheduler, state["scheduler"])
-        self.t.precision.load_state_dict(state["precision"])
+                self.t.optimizer.load_state_dict(state["optimizer"])
+            if self.t.scheduler is not None and state.get("scheduler"):
+                load_scheduler_state(self.t.scheduler, state["scheduler"])
+            self.t.precision.load_state_dict(state["precision"])
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+            raise ckpt_io.CheckpointError(
+                f"checkpoint {path or ''} does not fit this run (another model, optimizer or schedule?): {first}"
+            ) from None
 
     MATH_KEYS = ("batch_size", "grad_accum", "optimizer", "gpt", "classify", "seed")
 
@@ -273,7 +301,9 @@ class Checkpointer:
         self.t._boundary(log=self.t._interval.steps > 0, val_source=None)
         self.save_or_stop()
         name = signal.Signals(signum).name
-        self.t._loggers.log({"step": self.t.state.step, "event": "preempt", "reason": name})
+        event = {"step": self.t.state.step, "event": "preempt", "reason": name}
+        self.t.history.append(event)
+        self.t._loggers.log(event)
         msg = (
             f"hotloop: received {name}: saved the checkpoint of step {self.t.state.step} in "
             f"{self.t.run_dir / ckpt_io.CKPT_DIR}; run the same command with resume=auto to continue"

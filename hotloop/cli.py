@@ -237,6 +237,11 @@ def _doctor(args: argparse.Namespace) -> int:
     return run_doctor(cmd, steps=args.steps, json_path=args.json, trace=args.trace)
 
 
+def _one_line(text: str) -> str:
+    """An error is one line: control characters (a key typed with a newline, say) are shown escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hotloop", description="A PyTorch training engine whose hot loop never waits on the host."
@@ -296,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except HotloopError as e:
-        print(f"hotloop: error: {e}", file=sys.stderr)
+        print(f"hotloop: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("hotloop: interrupted", file=sys.stderr)

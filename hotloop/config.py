@@ -127,6 +127,19 @@ class DistillConfig:
 
 
 @dataclass(kw_only=True)
+class GuardConfig:
+    """Section `guard`: the guardrails beyond `nonfinite`, `spike_factor` and `max_rollbacks`."""
+
+    max_nonfinite_streak: int = 20
+    """Non-finite steps in a row after which training has diverged (also: every step of a log interval). Then
+    nonfinite=skip stops with an error naming the first bad step and its LR, and nonfinite=rollback rolls back
+    with an LR backoff. Checked at log boundaries."""
+
+    def __post_init__(self) -> None:
+        _positive("guard.max_nonfinite_streak", self.max_nonfinite_streak)
+
+
+@dataclass(kw_only=True)
 class OptimConfig:
     """Section `optim`: optimizer details beyond `optimizer`, `lr` and `weight_decay`."""
 
@@ -272,6 +285,8 @@ class TrainConfig:
     """Section: knowledge distillation."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Section: optimizer details."""
+    guard: GuardConfig = field(default_factory=GuardConfig)
+    """Section: guardrails."""
 
     def __post_init__(self) -> None:
         for name, cls in _sections(type(self)).items():  # sections may be given as dicts in Python too
@@ -509,7 +524,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"cannot parse config file {p}: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"cannot parse config file {p}: {what}{where} (it must be a YAML mapping of keys)") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

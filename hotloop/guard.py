@@ -42,12 +42,38 @@ class GuardState:
     rollbacks: int = 0
     lr_scale: float = 1.0
     nonfinite_steps: list[int] = field(default_factory=list)
+    streak: int = 0
+    """Consecutive non-finite steps up to the last boundary."""
+    streak_start: int = 0
+    """The first step of that streak, and the LR it trained with."""
+    streak_lr: float = 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def diverged(gs: GuardState, flags: list[float], start_step: int, lrs: list[float], max_streak: int) -> str | None:
+    """Update the non-finite streak with one interval's per-step flags; a message when training diverged.
+
+    Diverged: every step of the interval (two or more) was non-finite, or `max_streak` steps in a row were.
+    Skipping suits a rare bad batch; when nothing is finite any more it only hides the failure.
+    """
+    for i, f in enumerate(flags):
+        if not f:
+            gs.streak = 0
+            continue
+        if gs.streak == 0:
+            gs.streak_start, gs.streak_lr = start_step + 1 + i, lrs[i] if i < len(lrs) else 0.0
+        gs.streak += 1
+    if gs.streak >= max_streak or (len(flags) >= 2 and all(flags)):
+        return (
+            f"training diverged: {gs.streak} non-finite steps in a row since step {gs.streak_start} "
+            f"(lr {gs.streak_lr:.3g} there); lower lr, use a longer warmup_steps, set clip_grad, or use precision=bf16"
+        )
+    return None
 
 
 class SpikeDetector:

@@ -41,6 +41,7 @@ class LogInterval:
         self.sums = RunningSums()
         self.norms: list[torch.Tensor] = []
         self.flags: list[torch.Tensor] = []
+        self.lrs: list[float] = []
         self.tokens_dev: torch.Tensor | None = None
         self.samples = self.tokens = 0
         self.seconds = self.wait_s = 0.0
@@ -51,11 +52,14 @@ class LogInterval:
     def steps(self) -> int:
         return len(self.norms)
 
-    def add(self, metrics: dict[str, torch.Tensor], norm: torch.Tensor, flag: torch.Tensor, samples: int) -> None:
+    def add(
+        self, metrics: dict[str, torch.Tensor], norm: torch.Tensor, flag: torch.Tensor, samples: int, lr: float
+    ) -> None:
         """One optimizer step (no host read; `samples` already counts every rank)."""
         self.sums.add(metrics)
         self.norms.append(norm)
         self.flags.append(flag)
+        self.lrs.append(lr)
         self.samples += samples
 
     def add_tokens(self, tokens: int | torch.Tensor) -> None:

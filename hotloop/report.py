@@ -44,6 +44,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             row = json.loads(line)
         except ValueError:
             continue  # a line torn by a kill
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            continue  # not a row hotloop wrote
         (events if "event" in row else rows).append(row)
     config: dict[str, Any] = {}
     if (run_dir / "config.yaml").is_file():

@@ -273,6 +273,7 @@ class Trainer:
             sinks += self.extra_loggers
         self._loggers, self._console = Loggers(sinks), console
         for row in self.checkpointer.events:
+            self.history.append(row)
             self._loggers.log(row)
         self.checkpointer.events.clear()
         self._interval = LogInterval(cfg.clip_grad, self.dist.world, self.device, cfg.flops_per_token)
@@ -315,7 +316,7 @@ class Trainer:
                 self._epoch_batches += len(window)
                 self._last_lr = out.lr
                 samples = out.samples * self.dist.world  # every rank steps on an equal share
-                self._interval.add(out.metrics, out.grad_norm, out.nonfinite, samples)
+                self._interval.add(out.metrics, out.grad_norm, out.nonfinite, samples, out.lr)
                 if state.step == 0:
                     self._probes["initial_loss"] = out.metrics["loss"]
                 state.step += 1
@@ -391,9 +392,12 @@ class Trainer:
         if "val_loss" in val and is_plateau(self.scheduler):
             self.scheduler.step(val["val_loss"])
         row["elapsed_s"] = round(elapsed, 3)
-        bad_steps = [interval.start_step + 1 + i for i, f in enumerate(probes.pop("nonfinite", [])) if f]
+        flags = probes.pop("nonfinite", [])
+        bad_steps = [interval.start_step + 1 + i for i, f in enumerate(flags) if f]
         if bad_steps:
             row["nonfinite_steps"] = bad_steps
+        divergence = guard.diverged(self.guard_state, flags, interval.start_step, interval.lrs,
+                                    self.cfg.guard.max_nonfinite_streak) if log else None  # fmt: skip
         if "initial_loss" in probes:
             row["initial_loss"] = probes["initial_loss"]
         if probes.pop("stop", 0.0) > 0 and not self._stop_all:
@@ -412,7 +416,7 @@ class Trainer:
             if val:
                 cb.on_validation_end(self, val)
         if log:
-            self._after_read(row, probes, bad_steps)
+            self._after_read(row, probes, bad_steps, divergence)
 
     def _note_metric_checks(self, metric_objects: dict[str, Any]) -> None:
         for k, m in metric_objects.items():
@@ -435,7 +439,9 @@ class Trainer:
         if flags is not None:
             self._probes["zero_grad"] = flags
 
-    def _after_read(self, row: dict[str, Any], probes: dict[str, Any], bad_steps: list[int]) -> None:
+    def _after_read(
+        self, row: dict[str, Any], probes: dict[str, Any], bad_steps: list[int], divergence: str | None
+    ) -> None:
         cfg = self.cfg
         if "initial_loss" in probes:
             self._probes.clear()
@@ -451,8 +457,10 @@ class Trainer:
             if cfg.nonfinite == "raise":
                 raise guard.GuardError(what + " (nonfinite=raise); try a lower lr, clip_grad, or precision=bf16")
             if cfg.nonfinite == "rollback":
-                self.checkpointer.rollback(what)
+                self.checkpointer.rollback(divergence or what)
                 return
+            if divergence:  # skipping hides nothing any more: stop, keeping the last good checkpoint
+                raise guard.GuardError(divergence + " (nonfinite=skip)")
             guard.warn(what + ": those updates were skipped (nonfinite=skip)")
         if "loss" in row and self._spikes.is_spike(row["loss"]):
             self.checkpointer.rollback(

@@ -39,10 +39,11 @@ def truncate_metrics(path: Path, step: int) -> None:
     keep = []
     for line in path.read_text().splitlines():
         try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
+            row = json.loads(line)
         except ValueError:
             continue  # a line torn by a kill mid-write
+        if isinstance(row, dict) and isinstance(row.get("step", 0), int) and row.get("step", 0) <= step:
+            keep.append(line)  # anything else is not a row of this run
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(line + "\n" for line in keep))
     os.replace(tmp, path)

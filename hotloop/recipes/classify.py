@@ -101,13 +101,14 @@ def build(cfg: TrainConfig) -> tuple[Trainer, tuple, tuple]:
 
 def load_for_validation(run_dir: str, device: str) -> tuple[MLP, TrainConfig, tuple]:
     """A finished run's model, config and validation split (for `hotloop validate`)."""
-    from hotloop.checkpoint import load_checkpoint
+    from hotloop.checkpoint import config_of, load_checkpoint, load_weights, resolve
     from hotloop.config import build_config
 
-    state = load_checkpoint(run_dir)
-    cfg = build_config(state["config"], {"device": device, "strategy": "none"})
+    path = resolve(run_dir)
+    state = load_checkpoint(path)
+    cfg = build_config({"device": device, "strategy": "none"}, base=config_of(state, path).to_dict())
     model = MLP(cfg.classify)
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"], path)
     return model, cfg, make_data(cfg.classify)[1]
 
 

@@ -85,11 +85,11 @@ def load_teacher(run_dir: Path) -> tuple[GPT, str]:
     manifest = path.with_suffix(".json") if path.suffix == ".pt" else path.parent / (path.name + ".json")
     ident = manifest.read_text() if manifest.is_file() else str(path.stat().st_mtime_ns)
     state = ckpt_io.load_checkpoint(path)
-    tcfg = build_config(state["config"])
+    tcfg = ckpt_io.config_of(state, path)
     if tcfg.recipe not in (None, "gpt"):
         raise DistillError(f"teacher={run_dir} is a `{tcfg.recipe}` run; the distill recipe needs a `gpt` teacher")
     model = GPT(tcfg.gpt)
-    model.load_state_dict(state["model"])
+    ckpt_io.load_weights(model, state["model"], path)
     return model, _key({"teacher": ident})
 
 

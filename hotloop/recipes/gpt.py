@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from hotloop.checkpoint import load_checkpoint
-from hotloop.config import TrainConfig, build_config
+from hotloop.checkpoint import config_of, load_checkpoint, load_weights, resolve
+from hotloop.config import TrainConfig
 from hotloop.errors import ConfigError
 from hotloop.recipes.corpus import RandomWindows, eval_windows, load_corpus
 from hotloop.recipes.gptmodel import GPT
@@ -128,8 +128,9 @@ def sample_text(
 
 
 def load_model(run_dir: str | Path, device: str = "auto") -> tuple[GPT, TrainConfig, torch.device]:
-    ckpt = load_checkpoint(run_dir)
-    cfg = build_config(ckpt["config"])
+    path = resolve(run_dir)
+    ckpt = load_checkpoint(path)
+    cfg = config_of(ckpt, path)
     if cfg.recipe not in (None, "gpt", "distill"):
         raise ConfigError(
             f"run_dir={run_dir} is a `{cfg.recipe}` run; sampling needs a byte-level model (a gpt or distill run)"
@@ -139,5 +140,5 @@ def load_model(run_dir: str | Path, device: str = "auto") -> tuple[GPT, TrainCon
     state = ckpt["model"]
     if cfg.recipe == "distill":  # the student of a distill run (its state also holds the temperature)
         state = {k.removeprefix("student."): v for k, v in state.items() if k.startswith("student.")}
-    model.load_state_dict(state)
+    load_weights(model, state, path)
     return model.to(dev), cfg, dev

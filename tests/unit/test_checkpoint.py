@@ -250,7 +250,7 @@ def test_resume_into_a_different_model_is_a_clear_error(init_model, tmp_path):
     other = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     t = Trainer(other, _cfg(tmp_path, max_steps=6, resume="auto"),
                 loss_fn=lambda m, b: (m(b[0]).squeeze(-1) - b[1]).pow(2).mean())  # fmt: skip
-    with pytest.raises(ck.CheckpointError, match="does not fit this model"):
+    with pytest.raises(ck.CheckpointError, match="does not fit this run"):
         t.fit(DATA)
 
 
