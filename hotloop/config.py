@@ -249,6 +249,9 @@ class TrainConfig:
     data_on_device: bool | str = "auto"
     """Keep in-memory tensor datasets on the GPU (no host-to-device copy per step); auto: when they take
     under 10% of free device memory."""
+    activation_checkpointing: str = "none"
+    """none, full (recompute each block's forward in backward: activation memory ~ one block's inputs per block)
+    or selective (save matmul and attention outputs, recompute the rest). Gradients are unchanged."""
     prefetch: bool = True
     """On CUDA, copy the next batch on a side stream while the current step runs."""
     drop_last: bool = True
@@ -349,6 +352,8 @@ class TrainConfig:
         if not (d in ("auto", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
             _fail("device", d, "auto, cpu, cuda, cuda:N")
         _positive("num_workers", self.num_workers, optional=True, zero=True)
+        if self.activation_checkpointing not in ("none", "full", "selective"):
+            _fail("activation_checkpointing", self.activation_checkpointing, "none, full, selective")
         if not isinstance(self.data_on_device, bool) and self.data_on_device != "auto":
             _fail("data_on_device", self.data_on_device, "auto, true, false")
         if self.progress not in PROGRESS:

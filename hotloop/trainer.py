@@ -48,6 +48,7 @@ from hotloop.interval import LogInterval
 from hotloop.logging import Loggers
 from hotloop.logging.console import Clock, make_console
 from hotloop.logging.sinks import build_sinks, parse_loggers
+from hotloop.memory import apply_activation_checkpointing
 from hotloop.metrics import compute_metric_objects, read_scalars
 from hotloop.optim import (
     build_scheduler,
@@ -131,6 +132,7 @@ class Trainer:
             torch.backends.cudnn.benchmark = False
         seed_everything(cfg.seed)  # the same on every rank: identical initial weights before any sharding
         self.model = model.to(self.device)
+        apply_activation_checkpointing(model, cfg.activation_checkpointing, cfg.shard_modules)  # before FSDP/compile
         self.precision = resolve_precision(cfg.precision, self.device)
         self.loss_fn = loss_fn or default_loss_fn
         self.callbacks = list(callbacks)

@@ -1,0 +1,96 @@
+"""Activation checkpointing: trade compute for activation memory, without changing the math.
+
+`activation_checkpointing=full` wraps each block (the same discovery as layer-wise LR decay and FSDP:
+`shard_modules`, the model's `hotloop_shard_modules()`/`hotloop_blocks()`, else its largest block list)
+in `torch.utils.checkpoint` (non-reentrant): a block keeps only its input for backward and runs its
+forward again during backward. Seed 004: activation memory goes from O(L) towards O(sqrt L) for about a
+third more compute. `selective` uses PyTorch's selective activation checkpointing (`context_fn` with a
+policy): the outputs of the expensive ops (matmuls, attention) are saved, the cheap ones (norms,
+activations, dropout masks, adds) recomputed - most of the saving for a fraction of the recompute.
+
+The RNG state is replayed during recomputation (`preserve_rng_state`), so dropout draws the same masks and
+the gradients equal those without checkpointing (tested: fp32, CPU, within 1e-6). The wrap replaces each
+block's `forward` on the instance, so parameter names and checkpoints are unchanged, and it composes with
+`torch.compile`, DDP and FSDP2. In distillation only the student is wrapped (the teacher has no backward).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from hotloop.errors import ConfigError
+
+MODES = ("none", "full", "selective")
+
+
+def _save_expensive() -> Callable[..., Any]:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    aten = torch.ops.aten
+    expensive = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default,
+                 aten._scaled_dot_product_flash_attention.default,
+                 aten._scaled_dot_product_efficient_attention.default,
+                 aten._scaled_dot_product_cudnn_attention.default}  # fmt: skip
+    cpu_sdpa = getattr(aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if cpu_sdpa is not None:
+        expensive.add(cpu_sdpa.default)
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+        return CheckpointPolicy.MUST_SAVE if op in expensive else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def apply_activation_checkpointing(model: nn.Module, mode: str, shard_modules: str | None = None) -> int:
+    """Wrap `model`'s blocks for `mode` (none, full, selective); returns how many blocks were wrapped."""
+    if mode not in MODES:
+        raise ConfigError(f"invalid value for `activation_checkpointing`: {mode!r}; allowed: {', '.join(MODES)}")
+    if mode == "none":
+        return 0
+    from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
+
+    from hotloop.distributed import shard_targets
+
+    blocks = shard_targets(model, shard_modules)
+    if not blocks:
+        raise ConfigError(
+            "activation_checkpointing needs the model's blocks: give the model a `hotloop_blocks()` method, a "
+            "ModuleList/Sequential of identical blocks, or set shard_modules=BlockClassName"
+        )
+    kwargs: dict[str, Any] = {"use_reentrant": False, "preserve_rng_state": True}
+    if mode == "selective":
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_expensive())
+    for block in blocks:
+        if getattr(block, "_hotloop_checkpointed", False):
+            continue
+        inner = block.forward
+
+        @functools.wraps(inner)
+        def forward(*args: Any, _inner: Callable[..., Any] = inner, **kw: Any) -> Any:
+            if not torch.is_grad_enabled():  # evaluation: nothing is saved anyway
+                return _inner(*args, **kw)
+            return checkpoint(_inner, *args, **kw, **kwargs)
+
+        block.forward = forward
+        block._hotloop_checkpointed = True
+    return len(blocks)
+
+
+def activation_bytes(forward: Callable[[], torch.Tensor]) -> int:
+    """Bytes allocated by `forward()` and still held when it returns: the activations kept for backward.
+
+    Measured from the profiler's allocation events (allocations minus frees), so it sees what a checkpoint
+    keeps too; `saved_tensors_hooks` cannot (inside a checkpointed block the checkpoint's own hooks take
+    over, so an outer hook sees nothing of it). Runs the backward afterwards to free the graph."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss = forward()
+    held = sum(e.self_cpu_memory_usage for e in prof.events())
+    loss.backward()
+    return int(held)
