@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import pickle
 import shutil
@@ -160,25 +161,52 @@ def latest_valid(run_dir: str | Path, strict: bool = False) -> Path | None:
     return None
 
 
-def save_checkpoint(state: dict[str, Any], run_dir: str | Path, step: int, keep_last: int | None = 3) -> Path:
-    """Commit `state` as the checkpoint of `step`, then purge beyond the newest `keep_last`."""
+def save_checkpoint(
+    state: dict[str, Any],
+    run_dir: str | Path,
+    step: int,
+    keep_last: int | None = 3,
+    metrics: dict[str, float] | None = None,
+    best: tuple[str, str] | None = None,
+) -> Path:
+    """Commit `state` as the checkpoint of `step`, then purge beyond the newest `keep_last` (and the best).
+
+    `metrics` (e.g. the latest `val_loss`) go into the manifest; `best` = (metric, "min"|"max") keeps the
+    checkpoint with the best such value whatever its age."""
     path = checkpoint_path(run_dir, step)
     atomic_save(state, path)
     manifest = {
         "format": FORMAT,
         "step": step,
         "files": {path.name: {"size": path.stat().st_size, "sha256": sha256_file(path)}},
+        **({"metrics": metrics} if metrics else {}),
     }
     _atomic_write(_manifest_path(path), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     if keep_last:
-        purge(run_dir, keep_last)
+        purge(run_dir, keep_last, best)
     return path
 
 
-def purge(run_dir: str | Path, keep_last: int) -> None:
-    """Delete committed checkpoints older than the newest `keep_last` (manifest first)."""
+def best_checkpoint(run_dir: str | Path, metric: str, mode: str = "min") -> Path | None:
+    """The committed checkpoint whose manifest records the best `metric` (`min` or `max`), or None."""
+    scored = []
+    for found in committed(run_dir):
+        try:
+            value = json.loads(_manifest_path(found.path).read_text()).get("metrics", {}).get(metric)
+        except (ValueError, OSError, AttributeError):
+            continue
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            scored.append((value if mode == "min" else -value, found.step, found.path))
+    return min(scored)[2] if scored else None
+
+
+def purge(run_dir: str | Path, keep_last: int, best: tuple[str, str] | None = None) -> None:
+    """Delete committed checkpoints older than the newest `keep_last`, never the best one (manifest first)."""
     found = committed(run_dir)
+    keep = best_checkpoint(run_dir, *best) if best else None
     for old in found[: max(0, len(found) - keep_last)]:
+        if old.path == keep:
+            continue
         _manifest_path(old.path).unlink(missing_ok=True)
         _remove(old.path)
     # temporaries and orphans left by crashed saves
@@ -429,12 +457,14 @@ def save_sharded(
     keep_last: int | None,
     main: bool,
     barrier: Callable[[], None],
+    metrics: dict[str, float] | None = None,
+    best: tuple[str, str] | None = None,
 ) -> Path:
     """Commit a sharded checkpoint of `step` (every rank calls this), then purge beyond `keep_last`."""
     path = Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
-    save_sharded_to(path, model, optimizer, meta, main, barrier, step=step)
+    save_sharded_to(path, model, optimizer, meta, main, barrier, step=step, metrics=metrics)
     if main and keep_last:
-        purge(run_dir, keep_last)
+        purge(run_dir, keep_last, best)
     barrier()
     return path
 
@@ -447,6 +477,7 @@ def save_sharded_to(
     main: bool,
     barrier: Callable[[], None],
     step: int | None = None,
+    metrics: dict[str, float] | None = None,
 ) -> Path:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -468,6 +499,7 @@ def save_sharded_to(
             "files": {
                 str(f.relative_to(path.parent)): {"size": f.stat().st_size, "sha256": sha256_file(f)} for f in files
             },
+            **({"metrics": metrics} if metrics else {}),
         }
         _atomic_write(_manifest_path(path), lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     barrier()

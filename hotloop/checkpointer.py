@@ -136,6 +136,7 @@ class Checkpointer:
                 self.t.cfg.keep_last,
                 d.main,
                 d.barrier,
+                *self._retention(),
             )
         state = self.t.state_dict()
         target = Path(path) if path is not None else ckpt_io.checkpoint_path(self.t.run_dir, self.t.state.step)
@@ -143,9 +144,18 @@ class Checkpointer:
             if path is not None:
                 ckpt_io.atomic_save(state, path)
             else:
-                ckpt_io.save_checkpoint(state, self.t.run_dir, self.t.state.step, self.t.cfg.keep_last)
+                ckpt_io.save_checkpoint(state, self.t.run_dir, self.t.state.step, self.t.cfg.keep_last,
+                                        *self._retention())  # fmt: skip
         d.barrier()  # no rank goes on (or reads the checkpoint) before it is committed
         return target
+
+    def _retention(self) -> tuple[dict[str, float] | None, tuple[str, str] | None]:
+        """(the manifest's metrics, the keep-best rule): the latest logged value of `keep_best`, if any."""
+        key = self.t.cfg.keep_best
+        if key is None:
+            return None, None
+        value = next((r[key] for r in reversed(self.t.history) if isinstance(r.get(key), (int, float))), None)
+        return ({key: float(value)} if value is not None else None), (key, self.t.cfg.best_mode)
 
     def weights_finite(self) -> bool:
         """All parameters finite, on every rank (a checkpoint boundary: one read)."""

@@ -211,6 +211,11 @@ class TrainConfig:
     """Optimizer steps between checkpoints (each also a log boundary); None: only at the end and on a signal."""
     keep_last: int = 3
     """Committed checkpoints to keep; older ones are deleted after a new one is committed."""
+    keep_best: str | None = None
+    """A logged metric (val_loss, or any other): the checkpoint with its best value is kept beside the last
+    `keep_last`, never deleted by retention, and named in the report. None: off."""
+    best_mode: str = "min"
+    """Whether `keep_best` is best at its `min` or its `max`."""
     resume: str | None = None
     """None: start fresh; `auto`: the newest valid checkpoint of run_dir if there is one; or a checkpoint path."""
     resume_strict: bool = False
@@ -326,6 +331,8 @@ class TrainConfig:
         _positive("eval_batches", self.eval_batches, optional=True)
         _positive("ckpt_every", self.ckpt_every, optional=True)
         _positive("keep_last", self.keep_last)
+        if self.best_mode not in ("min", "max"):
+            _fail("best_mode", self.best_mode, "min, max")
         if self.strategy not in ("auto", "none", "ddp", "fsdp"):
             _fail("strategy", self.strategy, "auto, none, ddp, fsdp")
         _positive("dist_timeout", self.dist_timeout)

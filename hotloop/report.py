@@ -52,19 +52,22 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         import yaml
 
         config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    from hotloop.checkpoint import best_checkpoint
+
+    key = config.get("keep_best") if isinstance(config, dict) else None
+    best = best_checkpoint(run_dir, key, config.get("best_mode", "min")) if key else None
     checkpoints = []
     for m in sorted((run_dir / "checkpoints").glob("step_*.json")):
         try:
             manifest = json.loads(m.read_text())
-            checkpoints.append(
-                {
-                    "name": m.stem,
-                    "step": manifest.get("step"),
-                    "best": manifest.get("best"),
-                    "files": manifest.get("files", {}),
-                }
-            )
-        except ValueError:
+            files = manifest.get("files", {}) if isinstance(manifest, dict) else {}
+            if not isinstance(files, dict):
+                continue
+            files = {n: f for n, f in files.items() if isinstance(f, dict)}
+            is_best = best is not None and best.name.split(".")[0] == m.stem
+            label = f"best {key} = {manifest.get('metrics', {}).get(key):.4g}" if is_best else ""
+            checkpoints.append({"name": m.stem, "step": manifest.get("step"), "best": label, "files": files})
+        except (ValueError, TypeError, AttributeError):
             continue
     return {
         "dir": run_dir,
@@ -298,7 +301,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
                 html.escape(name),
                 meta.get("size"),
                 f"<code>{meta.get('sha256', '')[:16]}</code>",
-                "best" if c.get("best") else "",
+                html.escape(c.get("best", "")),
             ]
             for c in run["checkpoints"]
             for name, meta in c["files"].items()

@@ -16,7 +16,7 @@ from hotloop import TrainConfig, Trainer, load_checkpoint
 from hotloop import checkpoint as ck
 from hotloop.checkpointer import Checkpointer
 
-from .helpers import regression_data
+from .helpers import Regressor, regression_data
 
 
 class DropNet(nn.Module):
@@ -265,3 +265,19 @@ def test_a_fresh_run_sets_the_previous_one_aside(tmp_path, capsys):
     rows = [r for r in second.history if "loss" in r]
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == len(second.history) and rows[-1]["step"] == 10
     assert [c.step for c in ck.committed(tmp_path)] == [10]  # resume=auto now continues the new run, not the old
+
+
+def test_keep_best_survives_retention_and_is_named_in_the_report(tmp_path):
+    """keep_last=1 keeps only the newest, except the checkpoint with the best `loss` (here: the highest)."""
+    from hotloop.report import write_report
+
+    x, y = regression_data(512)
+    cfg = TrainConfig(device="cpu", batch_size=16, max_steps=40, log_every=10, eval_every=0, ckpt_every=10,
+                      keep_last=1, keep_best="loss", best_mode="max", run_dir=str(tmp_path), progress="off",
+                      tensorboard=False)  # fmt: skip
+    t = Trainer(Regressor(), cfg).fit((x, y))
+    best = max((r for r in t.history if r["step"] < 40), key=lambda r: r["loss"])["step"]
+    steps = [f.step for f in ck.committed(tmp_path)]
+    assert steps == [best, 40]  # the best (highest loss, by best_mode=max) and the last
+    assert ck.best_checkpoint(tmp_path, "loss", "max").name == f"step_{best:08d}.pt"
+    assert "best loss = " in write_report([tmp_path]).read_text()
