@@ -104,6 +104,7 @@ class Checkpointer:
             "rng": ranks[0]["rng"],
             "rank_rng": [r["rng"] for r in ranks],
             "world": self.t.dist.world,
+            "micro_split": self.t._micro.split,
             "history": list(self.t.history),
             "guard": self.t.guard_state.state_dict(),
             "config": self.t.cfg.to_dict(),
@@ -197,6 +198,7 @@ class Checkpointer:
             self.t.guard_state.load_state_dict(dict(state.get("guard", {})))  # the LR scale is in the saved LRs
             st.step, st.epoch = state["step"], state["epoch"]
             st.samples, st.tokens = state.get("samples", 0), state.get("tokens", 0)
+            self.t._micro.split = int(state.get("micro_split", 1))
             self.t._epoch_batches = state["data"]["batches"]
             same_world = state.get("world", 1) == self.t.dist.world
             r = self.t.dist.rank if same_world else 0

@@ -254,6 +254,9 @@ class TrainConfig:
     data_on_device: bool | str = "auto"
     """Keep in-memory tensor datasets on the GPU (no host-to-device copy per step); auto: when they take
     under 10% of free device memory."""
+    auto_micro_batch: bool = False
+    """On an out-of-memory step, retry the same window with each micro-batch halved (accumulation doubled, so
+    the optimizer sees the same global batch); the split is kept, logged and checkpointed."""
     activation_checkpointing: str = "none"
     """none, full (recompute each block's forward in backward: activation memory ~ one block's inputs per block)
     or selective (save matmul and attention outputs, recompute the rest). Gradients are unchanged."""

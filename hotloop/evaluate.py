@@ -15,6 +15,7 @@ import torch
 
 from hotloop.data import BatchSource, batch_size_of
 from hotloop.errors import DataError
+from hotloop.memory import split_batch
 from hotloop.metrics import MetricStates, compute_metric_objects
 from hotloop.step import as_metrics
 
@@ -43,14 +44,13 @@ def evaluate(t: Trainer, source: BatchSource) -> dict[str, torch.Tensor]:
                 first = first or n
                 # a short last batch runs eagerly: the compiled model keeps one static-shape graph
                 model = t.forward_model if n == first else t.eager_model
-                with t.precision.autocast():
-                    out = as_metrics(t.loss_fn(model, batch), training=False)
-                for k, v in out.items():
-                    if not isinstance(v, torch.Tensor):
-                        objects[k] = v
-                        continue
-                    v = v.detach().float().reshape(()) * n
-                    sums[k] = sums[k] + v if k in sums else v
+                for piece, m in _pieces(t, model, batch, n):
+                    for k, v in piece.items():
+                        if not isinstance(v, torch.Tensor):
+                            objects[k] = v
+                            continue
+                        v = v.detach().float().reshape(()) * m
+                        sums[k] = sums[k] + v if k in sums else v
                 seen += n
         computed = compute_metric_objects(objects)
     finally:
@@ -61,3 +61,18 @@ def evaluate(t: Trainer, source: BatchSource) -> dict[str, torch.Tensor]:
     if not seen:
         raise DataError("the validation data yielded no batch; pass a non-empty val_data")
     return {f"val_{k}": v / seen for k, v in sums.items()} | {f"val_{k}": v for k, v in computed.items()}
+
+
+def _pieces(t: Trainer, model: Any, batch: Any, n: int) -> list[tuple[dict[str, Any], int]]:
+    """The loss function's outputs for `batch`, with their sample counts. An out-of-memory error halves the
+    batch (the evaluation batch only; training's is never touched) and evaluates the halves."""
+    try:
+        with t.precision.autocast():
+            return [(as_metrics(t.loss_fn(model, batch), training=False), n)]
+    except torch.OutOfMemoryError:
+        if n < 2:
+            raise
+        if t.device.type == "cuda":
+            torch.cuda.empty_cache()
+        halves = split_batch(batch, 2)
+        return [p for h in halves for p in _pieces(t, t.eager_model, h, batch_size_of(h))]

@@ -1,4 +1,4 @@
-"""Activation checkpointing: trade compute for activation memory, without changing the math.
+"""Memory: activation checkpointing, and surviving an out-of-memory step without changing the math.
 
 `activation_checkpointing=full` wraps each block (the same discovery as layer-wise LR decay and FSDP:
 `shard_modules`, the model's `hotloop_shard_modules()`/`hotloop_blocks()`, else its largest block list)
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hotloop.errors import ConfigError
+from hotloop.errors import ConfigError, HotloopError
 
 MODES = ("none", "full", "selective")
 
@@ -94,3 +94,63 @@ def activation_bytes(forward: Callable[[], torch.Tensor]) -> int:
     held = sum(e.self_cpu_memory_usage for e in prof.events())
     loss.backward()
     return int(held)
+
+
+class OutOfMemory(HotloopError):
+    """A step ran out of memory and could not be split further."""
+
+
+def split_batch(batch: Any, parts: int) -> list[Any]:
+    """`batch` cut into `parts` micro-batches along the first dimension (every tensor alike)."""
+    from hotloop.data import tree_map
+
+    if parts == 1:
+        return [batch]
+    pieces: list[Any] = []
+    for i in range(parts):
+        pieces.append(tree_map(lambda t, i=i: t.tensor_split(parts)[i], batch))
+    return pieces
+
+
+class MicroBatches:
+    """`auto_micro_batch=true`: an out-of-memory step is retried with each micro-batch split in two.
+
+    The window keeps its data, so the optimizer step sees the same global batch: the train step divides
+    the loss by the window's micro-batch count, and halves of equal size average exactly to the whole
+    (an odd size gives halves one sample apart, and the mean differs in the last bits). The split is
+    kept for the rest of the run and saved in the checkpoint; each new split is an event row."""
+
+    def __init__(self, enabled: bool, split: int = 1) -> None:
+        self.enabled, self.split = enabled, split
+
+    def run(self, step_fn: Any, window: Any, free: Callable[[], None], event: Callable[[dict], None]) -> Any:
+        if not self.enabled:
+            return step_fn(window)
+        window = list(window)  # a retry needs the same batches again (a lazy window would take new ones)
+        if self.split > 1:
+            window = [piece for batch in window for piece in split_batch(batch, self.split)]
+        while True:
+            try:
+                return step_fn(window)
+            except torch.OutOfMemoryError as e:
+                if not self.enabled:
+                    raise
+                from hotloop.data import batch_size_of
+
+                smallest = min(batch_size_of(b) for b in window)
+                free()
+                if smallest < 2:
+                    raise OutOfMemory(
+                        "out of memory with micro-batches of one sample: lower the model's memory "
+                        "(activation_checkpointing=full, precision=bf16) or shard it (strategy=fsdp)"
+                    ) from e
+                window = [piece for batch in window for piece in split_batch(batch, 2)]
+                self.split *= 2
+                event(
+                    {
+                        "event": "micro_batch",
+                        "reason": f"out of memory: each batch now runs as {self.split} "
+                        f"micro-batches of ~{max(1, smallest // 2)} samples (same global batch)",
+                        "split": self.split,
+                    }
+                )

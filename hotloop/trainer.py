@@ -48,7 +48,7 @@ from hotloop.interval import LogInterval
 from hotloop.logging import Loggers
 from hotloop.logging.console import Clock, make_console
 from hotloop.logging.sinks import build_sinks, parse_loggers
-from hotloop.memory import apply_activation_checkpointing
+from hotloop.memory import MicroBatches, apply_activation_checkpointing
 from hotloop.metrics import compute_metric_objects, read_scalars
 from hotloop.optim import (
     build_scheduler,
@@ -175,6 +175,8 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         if cfg.num_classes is None and getattr(self.loss_fn, "num_classes", None):
             cfg = self.cfg = cfg.replace(num_classes=self.loss_fn.num_classes)  # the loss function knows C
+        self._micro = MicroBatches(cfg.auto_micro_batch)
+        """auto_micro_batch: the current split of each batch after out-of-memory steps (`memory.py`)."""
         self.checkpointer = Checkpointer(self)
         """Save, resume, rollback and preemption (`checkpointer.py`)."""
         self.guard_state = guard.GuardState()
@@ -314,7 +316,7 @@ class Trainer:
             for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum, remaining):
                 self._interval.wait_s += time.perf_counter() - waited  # the host waited for data (no sync)
                 produced = True
-                out = step_fn(window)
+                out = self._micro.run(step_fn, window, self._free_step, self._event)
                 self._epoch_batches += len(window)
                 self._last_lr = out.lr
                 samples = out.samples * self.dist.world  # every rank steps on an equal share
@@ -419,6 +421,17 @@ class Trainer:
                 cb.on_validation_end(self, val)
         if log:
             self._after_read(row, probes, bad_steps, divergence)
+
+    def _free_step(self) -> None:
+        """After an out-of-memory step: drop its gradients and cached blocks before retrying smaller."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _event(self, row: dict[str, Any]) -> None:
+        row = {"step": self.state.step, **row}
+        self.history.append(row)
+        self._loggers.log(row)
 
     def _note_metric_checks(self, metric_objects: dict[str, Any]) -> None:
         for k, m in metric_objects.items():

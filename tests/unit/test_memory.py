@@ -69,3 +69,49 @@ def test_trainer_run_is_unchanged_by_checkpointing(tmp_path):
 def test_a_model_without_blocks_is_a_clear_error():
     with pytest.raises(ConfigError, match="hotloop_blocks"):
         apply_activation_checkpointing(torch.nn.Linear(2, 2), "full")
+
+
+class FitsEight(torch.nn.Module):
+    """Raises the out-of-memory error a GPU would above 8 samples per forward (in training and evaluation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+        self.forwards: list[int] = []
+
+    def forward(self, x, y):
+        self.forwards.append(x.shape[0])
+        if x.shape[0] > 8:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+
+def test_auto_micro_batch_keeps_the_global_batch_and_the_math(tmp_path):
+    from .helpers import regression_data
+
+    x, y = regression_data(512)
+    vx, vy = regression_data(64, seed=1)
+    runs = {}
+    for name, kw in {"oom": {"batch_size": 16, "auto_micro_batch": True},
+                     "small": {"batch_size": 8, "grad_accum": 2}}.items():  # fmt: skip
+        torch.manual_seed(0)
+        cfg = TrainConfig(device="cpu", max_steps=30, log_every=10, eval_every=15, progress="off", tensorboard=False,
+                          run_dir=str(tmp_path / name), **kw)  # fmt: skip
+        runs[name] = Trainer(FitsEight(), cfg).fit((x, y), (vx, vy))
+    for a, b in zip(runs["oom"].model.parameters(), runs["small"].model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    events = [r for r in runs["oom"].history if r.get("event") == "micro_batch"]
+    assert len(events) == 1 and events[0]["split"] == 2 and runs["oom"]._micro.split == 2
+    assert runs["oom"].state.samples == runs["small"].state.samples == 30 * 16
+    val = [r["val_loss"] for r in runs["oom"].history if "val_loss" in r]
+    assert val == pytest.approx([r["val_loss"] for r in runs["small"].history if "val_loss" in r], abs=1e-6)
+
+
+def test_without_auto_micro_batch_an_oom_is_raised(tmp_path):
+    from .helpers import regression_data
+
+    cfg = TrainConfig(
+        device="cpu", batch_size=16, max_steps=3, progress="off", tensorboard=False, run_dir=str(tmp_path)
+    )
+    with pytest.raises(torch.OutOfMemoryError):
+        Trainer(FitsEight(), cfg).fit(regression_data(64))
