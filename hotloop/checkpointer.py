@@ -50,6 +50,7 @@ class Checkpointer:
 
     def rollback(self, reason: str) -> None:
         """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
+        self.wait()
         cfg, gs = self.t.cfg, self.t.guard_state
         path = ckpt_io.latest_valid(self.t.run_dir)
         if path is None:
@@ -169,20 +170,88 @@ class Checkpointer:
             ok = self.t.dist.reduce_vector(ok) / self.t.dist.world
         return bool(ok.item() == 1.0)  # sync: checkpoint boundary
 
-    def save_or_stop(self) -> None:
+    # -- checkpoints written in the background (async_checkpoint) -------------------------------------
+
+    _thread: threading.Thread | None = None
+    _error: BaseException | None = None
+    _pending_step = 0
+
+    def async_enabled(self) -> bool:
+        """auto: in one process without FSDP (DCP's sharded save stays synchronous; ranks must agree)."""
+        value = self.t.cfg.async_checkpoint
+        return bool(value) and not self.t.dist.active and self.t.dist.strategy != "fsdp"
+
+    def save_in_background(self) -> None:
+        """Copy the state to host memory, hand it to a writer thread, and return: training goes on while the
+        file is written, hashed and committed with the same atomic protocol (temp file, fsync, rename,
+        manifest). At most one save is in flight: a new one first waits for the previous."""
+        self.wait()
+        t0 = time.perf_counter()
+        if not self.weights_finite():
+            self.save()  # raises the non-finite error
+        state = _to_host(self.t.state_dict())  # a copy: the live tensors keep changing
+        if self.t.device.type == "cuda":
+            torch.cuda.synchronize(self.t.device)  # sync: checkpoint boundary (the host copy must be complete)
+        step, retention = self.t.state.step, self._retention()
+        self._pending_step = step
+
+        def write() -> None:
+            try:
+                ckpt_io.save_checkpoint(state, self.t.run_dir, step, self.t.cfg.keep_last, *retention)
+            except BaseException as e:  # handed to the training thread at its next wait
+                self._error = e
+
+        self._thread = threading.Thread(target=write, name=f"hotloop-checkpoint-{step}", daemon=False)
+        self._thread.start()
+        self.t._interval.ckpt_block_s += time.perf_counter() - t0
+
+    def failed(self) -> bool:
+        """The background save finished with an error (cheap: polled every step)."""
+        return self._thread is not None and self._error is not None and not self._thread.is_alive()
+
+    def wait(self) -> None:
+        """Block until the in-flight save is committed; its error, if any, is raised here."""
+        if self._thread is None:
+            return
+        self._thread.join()
+        self._thread, error, self._error = None, self._error, None
+        if error is not None:
+            self._save_failed(error, self._pending_step)
+
+    def wait_quietly(self) -> None:
+        """`wait()` on the way out of an exception: the save is committed; a second error is only printed."""
+        try:
+            self.wait()
+        except Exception as e:
+            print(f"hotloop: the background checkpoint also failed: {e}", file=sys.stderr)
+
+    def save_or_stop(self, background: bool = False) -> None:
+        if background and self.async_enabled():
+            self.save_in_background()
+            return
+        t0 = time.perf_counter()
         try:
             self.t.save_checkpoint()
         except OSError as e:
-            last = ckpt_io.latest_valid(self.t.run_dir)
-            msg = (
-                f"could not write the checkpoint of step {self.t.state.step} to {self.t.run_dir / ckpt_io.CKPT_DIR}: "
-                f"{e.strerror or e}. The last good checkpoint is {last or 'none'}; free space or fix permissions, "
-                "then resume with resume=auto"
-            )
-            if self.t.cfg.on_save_error == "warn":
-                warnings.warn(msg, stacklevel=2)
-                return
-            raise ckpt_io.CheckpointError(msg) from None
+            self._save_failed(e, self.t.state.step)
+        interval = getattr(self.t, "_interval", None)
+        if interval is not None:
+            interval.ckpt_block_s += time.perf_counter() - t0
+
+    def _save_failed(self, error: BaseException, step: int) -> None:
+        """A save that failed: a disk problem stops the run cleanly (or warns, `on_save_error=warn`)."""
+        if not isinstance(error, OSError):
+            raise error
+        last = ckpt_io.latest_valid(self.t.run_dir)
+        msg = (
+            f"could not write the checkpoint of step {step} to {self.t.run_dir / ckpt_io.CKPT_DIR}: "
+            f"{error.strerror or error}. The last good checkpoint is {last or 'none'}; free space or fix "
+            "permissions, then resume with resume=auto"
+        )
+        if self.t.cfg.on_save_error == "warn":
+            warnings.warn(msg, stacklevel=2)
+            return
+        raise ckpt_io.CheckpointError(msg) from None
 
     def resume(self, source: BatchSource) -> None:
         spec = self.t.cfg.resume
@@ -311,6 +380,7 @@ class Checkpointer:
     def preempt(self) -> None:
         signum = self.t._signal or signal.SIGTERM
         self.t._boundary(log=self.t._interval.steps > 0, val_source=None)
+        self.wait()
         self.save_or_stop()
         name = signal.Signals(signum).name
         event = {"step": self.t.state.step, "event": "preempt", "reason": name}
@@ -323,3 +393,18 @@ class Checkpointer:
         if self.t.dist.main:
             print(msg, file=sys.stderr, flush=True)
         raise Preempted(msg, 128 + signum)
+
+
+def _to_host(obj: Any) -> Any:
+    """A copy of a state dict with every tensor on the CPU (pinned on CUDA, copied without blocking)."""
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach()
+        if t.device.type == "cpu":
+            return t.clone()
+        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return out.copy_(t, non_blocking=True)
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj

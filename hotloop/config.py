@@ -211,6 +211,10 @@ class TrainConfig:
     """Optimizer steps between checkpoints (each also a log boundary); None: only at the end and on a signal."""
     keep_last: int = 3
     """Committed checkpoints to keep; older ones are deleted after a new one is committed."""
+    async_checkpoint: bool = True
+    """Write checkpoints in a background thread after a host copy of the state, so training does not stop for
+    the write, hash and fsync (one process without FSDP; otherwise synchronous). `ckpt_block_s` in the row is
+    the time the step loop spent on it."""
     keep_best: str | None = None
     """A logged metric (val_loss, or any other): the checkpoint with its best value is kept beside the last
     `keep_last`, never deleted by retention, and named in the report. None: off."""

@@ -45,6 +45,8 @@ class LogInterval:
         self.tokens_dev: torch.Tensor | None = None
         self.samples = self.tokens = 0
         self.seconds = self.wait_s = 0.0
+        self.ckpt_block_s = 0.0
+        """Time the training thread spent on checkpoints this interval (the host copy, or a whole sync save)."""
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)  # allocator counters: host-side, no sync
 
@@ -93,6 +95,8 @@ class LogInterval:
                 row["mfu"] = row["tokens_per_s"] / self.world * self.flops_per_token / self.peak
         row["peak_mem_mb"] = round(peak_memory_mb(self.device), 1)
         row["data_wait_frac"] = round(min(1.0, self.wait_s / t), 4)
+        if self.ckpt_block_s:
+            row["ckpt_block_s"] = round(self.ckpt_block_s, 4)
         return row
 
 

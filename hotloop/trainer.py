@@ -293,10 +293,12 @@ class Trainer:
         try:
             self._loop(step_fn, source, val_source)
             self._boundary(log=self._interval.steps > 0, val_source=val_source)
+            self.checkpointer.wait()
             self.checkpointer.save_or_stop()
             for cb in self.callbacks:
                 cb.on_fit_end(self)
         finally:
+            self.checkpointer.wait_quietly()  # an in-flight save is committed before fit returns, whatever happened
             restore_signals()
             self._loggers.flush()  # metrics.jsonl and the other fast sinks are complete when fit returns
             self._loggers.close(wait=False)  # slow sinks finish in their threads before the process exits
@@ -340,7 +342,9 @@ class Trainer:
                 if log or do_eval:
                     self._boundary(log=log, val_source=val_source if do_eval else None)
                 if save:
-                    self.checkpointer.save_or_stop()
+                    self.checkpointer.save_or_stop(background=True)
+                elif self.checkpointer.failed():
+                    self.checkpointer.wait()  # a background save failed: stop (or warn) now
                 if self._stop_all:
                     self.checkpointer.preempt()
                 waited = time.perf_counter()

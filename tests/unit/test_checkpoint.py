@@ -212,7 +212,11 @@ def test_crash_during_purge_keeps_newest(init_model, tmp_path, monkeypatch):
     assert [f.step for f in ck.committed(tmp_path)] == [2, 4, 6, 8]  # nothing deleted before the commit
 
 
-def test_disk_full_stops_cleanly_and_keeps_last_good(init_model, tmp_path, monkeypatch):
+@pytest.mark.parametrize("background, stop", [(False, {4}), (True, {5, 6})])
+def test_disk_full_stops_cleanly_and_keeps_last_good(init_model, tmp_path, monkeypatch, background, stop):
+    """A synchronous save fails at step 4 and stops there; a background one stops at the first step after its
+    write is known to have failed (polled every step; at the latest, the next save waits for it: step 6).
+    Either way the checkpoint of step 2 stays the newest valid."""
     real_save = torch.save
     calls = {"n": 0}
 
@@ -223,10 +227,10 @@ def test_disk_full_stops_cleanly_and_keeps_last_good(init_model, tmp_path, monke
         return real_save(obj, f)
 
     monkeypatch.setattr(ck.torch, "save", full_disk)
-    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=10, ckpt_every=2))
+    t = Trainer(copy.deepcopy(init_model), _cfg(tmp_path, max_steps=10, ckpt_every=2, async_checkpoint=background))
     with pytest.raises(ck.CheckpointError, match=r"No space left on device.*step_00000002\.pt.*resume=auto"):
         t.fit(DATA)
-    assert t.state.step == 4
+    assert t.state.step in stop
     monkeypatch.setattr(ck.torch, "save", real_save)
     assert load_checkpoint(tmp_path)["step"] == 2
 
