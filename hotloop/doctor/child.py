@@ -75,6 +75,8 @@ class Facts:
         self.eval_forward_with_grad = 0
         """Outermost forwards of a module in eval() mode with autograd recording (validation without no_grad)."""
         self.gpu: dict[str, float] = {}
+        self.compiled = False
+        """The script called torch.compile (doctor then leaves its dispatch-level detector off)."""
 
     def note_optimizer(self, opt: Any) -> None:
         if id(opt) in self.optimizers:
@@ -221,7 +223,42 @@ def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any
 
     torch.nn.modules.module.register_module_forward_pre_hook(fwd_pre)
     torch.nn.modules.module.register_module_forward_hook(fwd_post)
-    return counter, DispatchReads(counter), timers, facts, profiled
+    dispatch = Stoppable(DispatchReads(counter))
+    real_compile = torch.compile
+
+    def compile_under_doctor(*args: Any, **kwargs: Any) -> Any:
+        # A TorchDispatchMode makes torch.compile fall back to eager for the whole run, so the script would be
+        # measured as it never runs. Leave the dispatch half off from here on: compile stays active, and the
+        # Python-level detector (a TorchFunctionMode, which dynamo traces through) still sees the reads.
+        facts.compiled = True
+        dispatch.stop()
+        return real_compile(*args, **kwargs)
+
+    torch.compile = compile_under_doctor
+    return counter, dispatch, timers, facts, profiled
+
+
+class Stoppable:
+    """A context manager that can be left early (`stop()`), before the `with` block ends."""
+
+    def __init__(self, mode: Any) -> None:
+        self.mode, self.active = mode, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.mode, name)
+
+    def __enter__(self) -> Stoppable:
+        self.mode.__enter__()
+        self.active = True
+        return self
+
+    def stop(self) -> None:
+        if self.active:
+            self.active = False
+            self.mode.__exit__(None, None, None)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
 def _watch_workers(counter: Any, report_path: str) -> None:
@@ -330,7 +367,7 @@ def main(argv: list[str]) -> int:
         json.dump({"steps": timers.steps, "reads": reads, "timings": timers.per_step, "exit_code": code,
                    "stopped": stopped, "crashed": crashed, "script": script,
                    "optimizers": list(facts.optimizers.values()), "zero_grad_keep": facts.zero_grad_keep,
-                   "eval_forward_with_grad": facts.eval_forward_with_grad,
+                   "eval_forward_with_grad": facts.eval_forward_with_grad, "compiled": facts.compiled,
                    "fp32_matmuls": dict(dispatch.fp32_matmuls), "gpu": profiled.busy if profiled else {},
                    "bf16_gpu": bool(cuda and torch.cuda.is_bf16_supported()),
                    "trace": trace or None}, f)  # fmt: skip

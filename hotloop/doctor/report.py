@@ -137,7 +137,8 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
                          "evidence": f"GPU idle {g['idle_pct']}% over steps 2-4 (torch.profiler)"})  # fmt: skip
     return {"steps": steps, "sync_sites": sites, "breakdown": breakdown, "recommendations": recs,
             "gpu": raw.get("gpu") or {}, "trace": raw.get("trace"),
-            "exit_code": raw["exit_code"], "crashed": raw.get("crashed")}  # fmt: skip
+            "exit_code": raw["exit_code"], "crashed": raw.get("crashed"),
+            "compiled": bool(raw.get("compiled"))}  # fmt: skip
 
 
 def _runtime_recommendations(raw: dict[str, Any], steps: int) -> list[dict[str, str]]:
@@ -180,6 +181,9 @@ def format_report(rep: dict[str, Any]) -> str:
     lines = ["", f"hotloop doctor: {rep['steps']} optimizer steps observed"]
     if rep.get("crashed"):
         lines.append(f"the script crashed ({rep['crashed']}); this is what was seen until then")
+    if rep.get("compiled"):
+        lines.append("torch.compile stayed active (timings are the compiled script's): reads at the Python level are "
+                     "shown, reads inside compiled graphs and the fp32-matmul count are not")  # fmt: skip
     if rep["sync_sites"]:
         lines.append("host reads (each a device sync on CUDA):")
         for s in rep["sync_sites"]:

@@ -236,3 +236,29 @@ def test_lightning_script(tmp_path):
     assert res.returncode == 0, res.stderr
     assert rep["steps"] == 16
     assert sites(rep)[line_of(src, "PLANT lightning")] == "every step"
+
+
+COMPILED = textwrap.dedent("""
+    import torch, torch._dynamo
+    from torch import nn
+
+    model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    x, y = torch.randn(256, 8), torch.randn(256)
+    for step in range(8):
+        loss = ((model(x[step * 32:(step + 1) * 32]).squeeze(-1) - y[step * 32:(step + 1) * 32]) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        print(loss.item())  # PLANT: a read every step, seen under compile too
+    print("GRAPHS", torch._dynamo.utils.counters["stats"]["unique_graphs"])
+""")
+
+
+def test_compile_stays_active_under_doctor(tmp_path):
+    res, rep = doctor(tmp_path, COMPILED)
+    graphs = [int(line.split()[1]) for line in res.stdout.splitlines() if line.startswith("GRAPHS")]
+    assert graphs and graphs[0] >= 1, res.stdout + res.stderr  # compiled, not silently eager
+    assert rep["compiled"] and "torch.compile stayed active" in res.stdout
+    plant = [s for s in rep["sync_sites"] if s["op"] == "item"]
+    assert plant and plant[0]["frequency"] == "every step"
