@@ -153,6 +153,7 @@ def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any
 
     counter = HostReadCounter(skip_dirs=_user_dirs_to_skip())
     counter.label = 0
+    counter.provenance = True  # tell reads of host-only tensors from device syncs
     timers = Timers()
     facts = Facts()
     cuda = torch.cuda.is_available()
@@ -361,7 +362,8 @@ def main(argv: list[str]) -> int:
         profiled.finish()  # fewer steps than the profiled window: keep what was recorded
     import torch
 
-    reads = [{"file": r.filename, "line": r.lineno, "op": r.kind, "step": r.label} for r in counter.reads]
+    reads = [{"file": r.filename, "line": r.lineno, "op": r.kind, "step": r.label, "host_only": r.host_only}
+             for r in counter.reads]  # fmt: skip
     cuda = torch.cuda.is_available()
     with open(report_path, "w") as f:
         json.dump({"steps": timers.steps, "reads": reads, "timings": timers.per_step, "exit_code": code,

@@ -120,6 +120,42 @@ def _host_to_device(name: str, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+_MARK = "_hotloop_device_side"
+
+
+def _is_device_side(t: Any) -> bool:
+    return isinstance(t, torch.nn.Parameter) or getattr(t, _MARK, False)
+
+
+def _mark(out: Any) -> None:
+    if isinstance(out, torch.Tensor):
+        try:
+            setattr(out, _MARK, True)
+        except (AttributeError, RuntimeError):
+            pass
+    elif isinstance(out, (list, tuple)):
+        for o in out:
+            _mark(o)
+
+
+def _device_side(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Would `func`'s result live on the accelerator in a GPU run? Yes when an input would (a parameter, a
+    model output, anything computed from them), when the script moves a tensor to its device
+    (`.to(device)`, `.cuda()`), or creates one there (`device=`). A CPU tensor of random offsets used to
+    slice a NumPy array (nanoGPT's `ix`) stays on the host: reading it is no device sync."""
+    name = getattr(func, "__name__", "")
+    if name == "cuda" or (name == "to" and any(isinstance(a, (str, torch.device)) for a in args[1:])):
+        return True
+    if "device" in kwargs and kwargs["device"] is not None:
+        return True
+    for a in args:
+        if _is_device_side(a):
+            return True
+        if isinstance(a, (list, tuple)) and any(_is_device_side(x) for x in a[:8]):
+            return True
+    return any(_is_device_side(v) for v in kwargs.values())
+
+
 @dataclass(frozen=True)
 class HostRead:
     kind: str
@@ -129,6 +165,9 @@ class HostRead:
     lineno: int
     label: Any
     """What the counter's `label` was when the read happened (e.g. the step)."""
+    host_only: bool = False
+    """With provenance tracking: the tensor would stay on the host in a GPU run (not derived from the model's
+    parameters or outputs, never moved to the script's device), so this read is no device sync."""
 
 
 class HostReadCounter(TorchFunctionMode):
@@ -151,12 +190,17 @@ class HostReadCounter(TorchFunctionMode):
         """> 0 while a read found at the Python level runs (so the dispatch level does not count it twice)."""
         self.sink: Any = None
         """Called with each `HostRead` as it is recorded (doctor's DataLoader workers stream them to a file)."""
+        self.provenance = False
+        """Track which tensors would live on the accelerator (doctor turns it on; see `_device_side`)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         kind = _read_kind(func, args, kwargs)
         if kind is None:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if self.provenance and _device_side(func, args, kwargs):
+                _mark(out)
+            return out
         self._record(kind, args)
         self.depth += 1
         try:
@@ -164,7 +208,7 @@ class HostReadCounter(TorchFunctionMode):
         finally:
             self.depth -= 1
 
-    def _record(self, kind: str, args: tuple, start: int = 2) -> None:
+    def _record(self, kind: str, args: tuple, start: int = 2, classify: bool = True) -> None:
         frame = sys._getframe(start)
         in_optim = False
         fallback = None  # first frame outside torch: used when no frame is the user's (e.g. hotloop's own loop)
@@ -183,7 +227,8 @@ class HostReadCounter(TorchFunctionMode):
         if in_optim and tensor is not None and tensor.device.type == "cpu":
             return  # host-resident optimizer bookkeeping: not a sync on any device
         site = (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("<unknown>", 0)
-        read = HostRead(kind, site[0], site[1], self.label)
+        host_only = classify and self.provenance and tensor is not None and not _is_device_side(tensor)
+        read = HostRead(kind, site[0], site[1], self.label, host_only)
         self.reads.append(read)
         if self.sink is not None:
             self.sink(read)
@@ -237,7 +282,7 @@ class DispatchReads(TorchDispatchMode):
                 self.fp32_matmuls[a.device.type] += 1
         if kind is None or self.counter.depth:
             return func(*args, **(kwargs or {}))
-        self.counter._record(kind, args, start=2)
+        self.counter._record(kind, args, start=2, classify=False)  # aten-level tensors carry no provenance mark
         self.counter.depth += 1  # a sync-debug warning raised by this op is the same read
         try:
             return func(*args, **(kwargs or {}))

@@ -62,14 +62,23 @@ def _marked(path: str, line: int) -> bool:
     return "# sync:" in linecache.getline(path, line)
 
 
+HOST_ONLY = "host tensor (no device sync)"
+
+
+def _site_order(s: dict[str, Any]) -> tuple[bool, bool, int]:
+    """Device syncs before host-only reads; among them the reads of every step before those at boundaries."""
+    per_step = s["frequency"].startswith("every step") or (s["per_step"] or 0) >= 0.5
+    return s.get("where") == HOST_ONLY, not per_step, -s["count"]
+
+
 def build_report(raw: dict[str, Any]) -> dict[str, Any]:
     steps = raw["steps"]
-    groups: dict[tuple[str, int, str, bool], list[int]] = defaultdict(list)
+    groups: dict[tuple[str, int, str, bool, bool], list[int]] = defaultdict(list)
     for r in raw["reads"]:
         op = r["op"].replace(" (aten)", "")
-        groups[(r["file"], r["line"], op, bool(r.get("worker")))].append(r["step"])
+        groups[(r["file"], r["line"], op, bool(r.get("worker")), bool(r.get("host_only")))].append(r["step"])
     sites = []
-    for (f, line, op, worker), labels in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    for (f, line, op, worker, host_only), labels in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         site = {
             "file": f,
             "line": line,
@@ -81,15 +90,19 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
         }
         if worker:
             site["where"] = "dataloader worker"
+        if host_only:
+            site["where"] = HOST_ONLY
         sites.append(site)  # fmt: skip
+    # device syncs before host-only reads; among them, the ones in every step first
+    sites.sort(key=_site_order)
     timings = raw["timings"][1:] or raw["timings"]  # the first step carries one-time costs
     keys = ("data", "forward", "backward", "optimizer", "other")
     breakdown = {k: round(statistics.mean(t[k] for t in timings) * 1e3, 3) for k in keys} if timings else {}
     total = sum(breakdown.values()) or 1.0
     recs = []
     for s in sites:
-        if s["boundary"]:
-            continue  # an intended read at a log/eval/checkpoint boundary (`# sync:` marker)
+        if s["boundary"] or s.get("where") == HOST_ONLY:
+            continue  # an intended boundary read (`# sync:` marker), or no device sync at all
         if s.get("where") == "dataloader worker":
             recs.append(
                 {
@@ -188,6 +201,8 @@ def format_report(rep: dict[str, Any]) -> str:
         lines.append("host reads (each a device sync on CUDA):")
         for s in rep["sync_sites"]:
             mark = "  (boundary: # sync:)" if s["boundary"] else ""
+            if s.get("where") == HOST_ONLY:
+                mark += f"  [{HOST_ONLY}]"
             lines.append(f"  {s['file']}:{s['line']}  {s['op']:<22} {s['count']:>6}x  {s['frequency']}{mark}")
     else:
         lines.append("host reads: none")

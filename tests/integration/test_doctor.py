@@ -262,3 +262,35 @@ def test_compile_stays_active_under_doctor(tmp_path):
     assert rep["compiled"] and "torch.compile stayed active" in res.stdout
     plant = [s for s in rep["sync_sites"] if s["op"] == "item"]
     assert plant and plant[0]["frequency"] == "every step"
+
+
+NANOGPT_LIKE = textwrap.dedent("""
+    import numpy as np, torch
+    from torch import nn
+
+    data = np.arange(10_000, dtype=np.int64) % 50
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    device = "cpu"
+    for step in range(6):
+        ix = torch.randint(len(data) - 9, (4,))
+        x = torch.stack([torch.from_numpy(data[i:i + 8]) for i in ix])  # HOST: ix indexes a NumPy array
+        x = x.to(device)
+        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), x.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 3 == 0:
+            print(loss.item())  # DEVICE: a model output, every 3rd step
+""")
+
+
+def test_host_only_reads_are_told_apart_from_device_syncs(tmp_path):
+    res, rep = doctor(tmp_path, NANOGPT_LIKE)
+    by_line = {s["line"]: s for s in rep["sync_sites"] if s["file"].endswith("train.py")}
+    host = next(ln for ln, s in by_line.items() if s["op"] == "__index__")
+    assert by_line[host]["where"] == "host tensor (no device sync)"
+    item = next(s for s in by_line.values() if s["op"] == "item")
+    assert "where" not in item and item["frequency"] == "every 3rd step"
+    assert rep["sync_sites"].index(item) < rep["sync_sites"].index(by_line[host])  # device syncs listed first
+    assert not any(str(host) in r["message"] for r in rep["recommendations"])
