@@ -258,6 +258,9 @@ class TrainConfig:
     data_on_device: bool | str = "auto"
     """Keep in-memory tensor datasets on the GPU (no host-to-device copy per step); auto: when they take
     under 10% of free device memory."""
+    memory_check: bool | str = "auto"
+    """Before step 1, run one forward/backward at the first batch's shape and report its peak memory; on CUDA a
+    step that does not fit stops the run before any training, naming the fixes. auto: on for CUDA."""
     auto_micro_batch: bool = False
     """On an out-of-memory step, retry the same window with each micro-batch halved (accumulation doubled, so
     the optimizer sees the same global batch); the split is kept, logged and checkpointed."""
@@ -366,6 +369,8 @@ class TrainConfig:
         if not (d in ("auto", "cpu", "cuda") or (d.startswith("cuda:") and d[5:].isdigit())):
             _fail("device", d, "auto, cpu, cuda, cuda:N")
         _positive("num_workers", self.num_workers, optional=True, zero=True)
+        if not isinstance(self.memory_check, bool) and self.memory_check != "auto":
+            _fail("memory_check", self.memory_check, "auto, true, false")
         if self.activation_checkpointing not in ("none", "full", "selective"):
             _fail("activation_checkpointing", self.activation_checkpointing, "none, full, selective")
         if not isinstance(self.data_on_device, bool) and self.data_on_device != "auto":

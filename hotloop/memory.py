@@ -123,7 +123,7 @@ class MicroBatches:
     def __init__(self, enabled: bool, split: int = 1) -> None:
         self.enabled, self.split = enabled, split
 
-    def run(self, step_fn: Any, window: Any, free: Callable[[], None], event: Callable[[dict], None]) -> Any:
+    def run(self, step_fn: Any, window: Any, optimizer: Any, event: Callable[[dict], None]) -> Any:
         if not self.enabled:
             return step_fn(window)
         window = list(window)  # a retry needs the same batches again (a lazy window would take new ones)
@@ -138,7 +138,9 @@ class MicroBatches:
                 from hotloop.data import batch_size_of
 
                 smallest = min(batch_size_of(b) for b in window)
-                free()
+                optimizer.zero_grad(set_to_none=True)  # drop the failed step's gradients and cached blocks
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
                 if smallest < 2:
                     raise OutOfMemory(
                         "out of memory with micro-batches of one sample: lower the model's memory "
@@ -154,3 +156,93 @@ class MicroBatches:
                         "split": self.split,
                     }
                 )
+
+
+def memory_check(t: Any, source: Any) -> None:
+    """`memory_check` (auto: on CUDA): before step 1 of a fresh run, `preflight` the first batch when the source
+    can be peeked without moving it (in-memory tensors, a DataLoader that is not stateful)."""
+    from hotloop.data import LoaderSource, TensorSlices
+
+    on = t.cfg.memory_check
+    on = t.device.type == "cuda" if on == "auto" else on
+    peekable = isinstance(source, TensorSlices) or (isinstance(source, LoaderSource) and not source.stateful)
+    if not on or t.state.step > 0 or not peekable:
+        return
+    batch = next(iter(t._batches(source, 0)), None)
+    if batch is not None:
+        line = preflight(t, batch)
+        if t.dist.main:
+            print(line, flush=True)
+
+
+def preflight(t: Any, batch: Any) -> str:
+    """One forward/backward at the first batch's shape before step 1: does a step fit in memory?
+
+    On CUDA the peak (`max_memory_allocated`) is compared with the device's capacity; an out-of-memory
+    error stops the run before any training with the peak, the capacity and the fixes (unless
+    `auto_micro_batch` will split it). On the CPU the step's peak allocation is measured (profiler
+    allocation events). Nothing of the step stays: the RNG is forked, buffers (BatchNorm statistics) are
+    put back, gradients dropped, stateful metrics reset. Returns the line to print.
+    """
+    from hotloop.data import batch_size_of
+    from hotloop.step import as_metrics
+
+    model = t.model
+    buffers = {k: b.detach().clone() for k, b in model.named_buffers()}
+    cuda = t.device.type == "cuda"
+    shape = _shape(batch)
+    peak = 0
+    with torch.random.fork_rng(devices=[t.device] if cuda else []):
+        try:
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(t.device)
+                out = _one_step(t, batch, as_metrics)
+                peak = torch.cuda.max_memory_allocated(t.device)
+            else:
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                    out = _one_step(t, batch, as_metrics)
+                running = 0
+                for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+                    running += e.self_cpu_memory_usage
+                    peak = max(peak, running)
+        except torch.OutOfMemoryError:
+            model.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.empty_cache()
+            if t.cfg.auto_micro_batch:
+                return f"hotloop: memory check: a batch {shape} does not fit; auto_micro_batch will split it"
+            total = torch.cuda.mem_get_info(t.device)[1] if cuda else 0
+            raise OutOfMemory(
+                f"one training step at batch shape {shape} does not fit in memory"
+                + (f" ({total / 2**30:.1f} GiB on {torch.cuda.get_device_name(t.device)})" if cuda else "")
+                + f": lower batch_size (now {batch_size_of(batch)}) and raise grad_accum, or set "
+                "activation_checkpointing=full, precision=bf16, or auto_micro_batch=true"
+            ) from None
+    for v in out.values():
+        if not isinstance(v, torch.Tensor) and hasattr(v, "reset"):
+            v.reset()
+    model.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        for k, b in model.named_buffers():
+            b.copy_(buffers[k])
+    if cuda:
+        total = torch.cuda.mem_get_info(t.device)[1]
+        return (f"hotloop: memory check: one step at batch {shape} peaks at {peak / 2**30:.2f} GiB of "
+                f"{total / 2**30:.1f} GiB ({peak / total:.0%})")  # fmt: skip
+    return f"hotloop: memory check: one step at batch {shape} peaks at {peak / 2**20:.1f} MiB of allocations (CPU)"
+
+
+def _one_step(t: Any, batch: Any, as_metrics: Any) -> dict[str, Any]:
+    with t.precision.autocast():
+        out = as_metrics(t.loss_fn(t.forward_model, batch))
+    out["loss"].backward()
+    return out
+
+
+def _shape(batch: Any) -> str:
+    from hotloop.data import first_tensor
+
+    x = first_tensor(batch)
+    return "x".join(map(str, x.shape)) if x is not None else "?"

@@ -116,3 +116,12 @@ def _metric_state(m: Any) -> tuple[dict[str, Any], int]:
         return copy.deepcopy(state), 0
     copied = {k: v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v] for k, v in state.items()}
     return copied, getattr(m, "_update_count", 0)
+
+
+def note_validate_args(objects: dict[str, Any], noted: set[str]) -> None:
+    """Say once per metric that torchmetrics' `validate_args=True` reads the device on every update."""
+    for k, m in objects.items():
+        if getattr(m, "validate_args", False) and k not in noted:
+            noted.add(k)
+            print(f"hotloop: note: the metric '{k}' ({type(m).__name__}) checks its arguments on every update, "
+                  "which reads the device each step; create it with validate_args=False")  # fmt: skip

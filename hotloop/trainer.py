@@ -48,8 +48,8 @@ from hotloop.interval import LogInterval
 from hotloop.logging import Loggers
 from hotloop.logging.console import Clock, make_console
 from hotloop.logging.sinks import build_sinks, parse_loggers
-from hotloop.memory import MicroBatches, apply_activation_checkpointing
-from hotloop.metrics import compute_metric_objects, read_scalars
+from hotloop.memory import MicroBatches, apply_activation_checkpointing, memory_check
+from hotloop.metrics import compute_metric_objects, note_validate_args, read_scalars
 from hotloop.optim import (
     build_scheduler,
     is_plateau,
@@ -251,6 +251,7 @@ class Trainer:
             self.scheduler = build_scheduler(self.optimizer, cfg, span or 1)
         self._epoch_batches = 0
         self.checkpointer.resume(source)
+        memory_check(self, source)
         step_fn = TrainStep(
             self.forward_model,
             self.loss_fn,
@@ -318,7 +319,7 @@ class Trainer:
             for window in windows(self._batches(source, state.epoch, skip), cfg.grad_accum, remaining):
                 self._interval.wait_s += time.perf_counter() - waited  # the host waited for data (no sync)
                 produced = True
-                out = self._micro.run(step_fn, window, self._free_step, self._event)
+                out = self._micro.run(step_fn, window, self.optimizer, self._event)
                 self._epoch_batches += len(window)
                 self._last_lr = out.lr
                 samples = out.samples * self.dist.world  # every rank steps on an equal share
@@ -372,7 +373,7 @@ class Trainer:
         pending: dict[str, torch.Tensor] = interval.pending() if log else {}
         metric_objects = self._step_fn.metric_objects if log else {}
         if log:
-            self._note_metric_checks(metric_objects)
+            note_validate_args(metric_objects, self._noted if self.dist.main else set(metric_objects))
             pending.update(compute_metric_objects(metric_objects))  # torchmetrics, computed on the device
             for cb in self.callbacks:  # the callbacks' own device tensors ride in the same read
                 pending.update(cb.log_tensors(self) or {})
@@ -426,23 +427,10 @@ class Trainer:
         if log:
             self._after_read(row, probes, bad_steps, divergence)
 
-    def _free_step(self) -> None:
-        """After an out-of-memory step: drop its gradients and cached blocks before retrying smaller."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
     def _event(self, row: dict[str, Any]) -> None:
         row = {"step": self.state.step, **row}
         self.history.append(row)
         self._loggers.log(row)
-
-    def _note_metric_checks(self, metric_objects: dict[str, Any]) -> None:
-        for k, m in metric_objects.items():
-            if getattr(m, "validate_args", False) and k not in self._noted and self.dist.main:
-                self._noted.add(k)
-                print(f"hotloop: note: the metric '{k}' ({type(m).__name__}) checks its arguments on every update, "
-                      "which reads the device each step; create it with validate_args=False")  # fmt: skip
 
     def _reduce(self, flat: torch.Tensor) -> torch.Tensor:
         """Mean over ranks of the boundary vector (metrics, eval, probes, flags): one all-reduce.

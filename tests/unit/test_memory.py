@@ -115,3 +115,41 @@ def test_without_auto_micro_batch_an_oom_is_raised(tmp_path):
     )
     with pytest.raises(torch.OutOfMemoryError):
         Trainer(FitsEight(), cfg).fit(regression_data(64))
+
+
+def test_memory_check_runs_one_step_and_leaves_no_trace(tmp_path, capsys):
+    """memory_check=true (auto: on CUDA): one step at the first batch's shape, then the run is exactly the
+    run without it (RNG forked, BatchNorm statistics put back, gradients dropped)."""
+    from .helpers import regression_data
+
+    class WithNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.Dropout(0.2),
+                                           torch.nn.Linear(16, 1))  # fmt: skip
+
+        def forward(self, x, y):
+            return torch.nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+
+    runs = {}
+    for check in (True, False):
+        torch.manual_seed(0)
+        cfg = TrainConfig(device="cpu", batch_size=16, max_steps=10, log_every=5, eval_every=0, progress="off",
+                          tensorboard=False, run_dir=str(tmp_path / str(check)), memory_check=check)  # fmt: skip
+        runs[check] = Trainer(WithNorm(), cfg).fit(regression_data(256))
+    assert "memory check: one step at batch 16x8 peaks at" in capsys.readouterr().out
+    for a, b in zip(runs[True].model.state_dict().values(), runs[False].model.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_memory_check_that_does_not_fit_stops_before_training(tmp_path):
+    from hotloop.memory import OutOfMemory
+
+    from .helpers import regression_data
+
+    cfg = TrainConfig(device="cpu", batch_size=16, max_steps=3, progress="off", tensorboard=False,
+                      run_dir=str(tmp_path), memory_check=True)  # fmt: skip
+    t = Trainer(FitsEight(), cfg)
+    with pytest.raises(OutOfMemory, match=r"batch shape 16x8 does not fit.*batch_size \(now 16\).*grad_accum"):
+        t.fit(regression_data(64))
+    assert t.state.step == 0 and not list((tmp_path / "checkpoints").glob("*.pt"))
