@@ -123,49 +123,16 @@ def _compiled(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return torch.compile(model) if device.type == "cuda" else model
 
 
-def run_plain(w: Workload, device: torch.device, window: Window) -> None:
+def _hand_loop(w: Workload, device: torch.device, window: Window, batches: Callable[[], Any]) -> None:
+    """The seeds' hand-written step, fed by `batches()` (one epoch of device batches per call)."""
     torch.manual_seed(0)
     model = w.make_model().to(device)
     opt = torch.optim.AdamW(_groups(model), lr=w.lr, fused=True)
     fwd = _compiled(model, device)
-    x, y = w.x, w.y
-    if device.type == "cuda":  # resident on the GPU: no copy per step
-        x, y = x.to(device), y.to(device)
-    n = x.shape[0] // w.batch_size
-    g = torch.Generator().manual_seed(0)
     running = torch.zeros((), device=device)
     total, step = window.warmup + window.steps, 0
     while step < total:
-        order = torch.randperm(x.shape[0], generator=g).to(device, non_blocking=True)
-        for i in range(n):
-            idx = order[i * w.batch_size : (i + 1) * w.batch_size]
-            with _autocast(w, device):
-                loss = fwd(x.index_select(0, idx), y.index_select(0, idx))
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            running += loss.detach()
-            step += 1
-            if step % SYNC_EVERY == 0:
-                _ = (running / SYNC_EVERY).item()  # the one sync of a log interval
-                running.zero_()
-            window.tick(step)
-            if step >= total:
-                break
-
-
-def run_naive(w: Workload, device: torch.device, window: Window) -> None:
-    torch.manual_seed(0)
-    model = w.make_model().to(device)
-    opt = torch.optim.AdamW(_groups(model), lr=w.lr, fused=True)
-    fwd = _compiled(model, device)
-    loader = _loader(w, device)
-    running = torch.zeros((), device=device)
-    total, step = window.warmup + window.steps, 0
-    while step < total:
-        for xb, yb in loader:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+        for xb, yb in batches():
             with _autocast(w, device):
                 loss = fwd(xb, yb)
             loss.backward()
@@ -180,6 +147,32 @@ def run_naive(w: Workload, device: torch.device, window: Window) -> None:
             window.tick(step)
             if step >= total:
                 break
+
+
+def run_plain(w: Workload, device: torch.device, window: Window) -> None:
+    x, y = w.x, w.y
+    if device.type == "cuda":  # resident on the GPU: no copy per step
+        x, y = x.to(device), y.to(device)
+    n, b = x.shape[0] // w.batch_size, w.batch_size
+    g = torch.Generator().manual_seed(0)
+
+    def sliced() -> Any:  # a shuffled index per epoch, one gather per tensor per batch
+        order = torch.randperm(x.shape[0], generator=g).to(device, non_blocking=True)
+        for i in range(n):
+            idx = order[i * b : (i + 1) * b]
+            yield x.index_select(0, idx), y.index_select(0, idx)
+
+    _hand_loop(w, device, window, sliced)
+
+
+def run_naive(w: Workload, device: torch.device, window: Window) -> None:
+    loader = _loader(w, device)
+
+    def per_sample() -> Any:
+        for xb, yb in loader:
+            yield xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+
+    _hand_loop(w, device, window, per_sample)
 
 
 def run_hotloop(w: Workload, device: torch.device, window: Window) -> None:
