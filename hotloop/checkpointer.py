@@ -119,12 +119,7 @@ class Checkpointer:
         rank must call this. Weights that are not finite are never saved: the newest valid checkpoint stays
         the last good one."""
         d = self.t.dist
-        if not self.weights_finite():
-            last = ckpt_io.latest_valid(self.t.run_dir)
-            raise guard.GuardError(
-                f"the weights are not finite at step {self.t.state.step}: not saved (the last good checkpoint is "
-                f"{last or 'none'}); the run diverged - lower lr, set clip_grad, or use nonfinite=rollback"
-            )
+        self.refuse_nonfinite()
         if d.strategy == "fsdp":
             meta = self.meta_state()
             if path is not None:
@@ -159,6 +154,15 @@ class Checkpointer:
         value = next((r[key] for r in reversed(self.t.history) if isinstance(r.get(key), (int, float))), None)
         return ({key: float(value)} if value is not None else None), (key, self.t.cfg.best_mode)
 
+    def refuse_nonfinite(self) -> None:
+        """Raise instead of saving weights that are not finite (the newest valid checkpoint stays the good one)."""
+        if not self.weights_finite():
+            last = ckpt_io.latest_valid(self.t.run_dir)
+            raise guard.GuardError(
+                f"the weights are not finite at step {self.t.state.step}: not saved (the last good checkpoint is "
+                f"{last or 'none'}); the run diverged - lower lr, set clip_grad, or use nonfinite=rollback"
+            )
+
     def weights_finite(self) -> bool:
         """All parameters finite, on every rank (a checkpoint boundary: one read)."""
         params = [p.to_local() if hasattr(p, "to_local") else p for p in self.t.model.parameters()]
@@ -187,8 +191,7 @@ class Checkpointer:
         manifest). At most one save is in flight: a new one first waits for the previous."""
         self.wait()
         t0 = time.perf_counter()
-        if not self.weights_finite():
-            self.save()  # raises the non-finite error
+        self.refuse_nonfinite()
         state = _to_host(self.t.state_dict())  # a copy: the live tensors keep changing
         if self.t.device.type == "cuda":
             torch.cuda.synchronize(self.t.device)  # sync: checkpoint boundary (the host copy must be complete)

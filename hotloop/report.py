@@ -24,6 +24,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from hotloop.errors import ConfigError
 
 CSS = """body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1100px;color:#222}
@@ -49,8 +51,6 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         (events if "event" in row else rows).append(row)
     config: dict[str, Any] = {}
     if (run_dir / "config.yaml").is_file():
-        import yaml
-
         config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     from hotloop.checkpoint import best_checkpoint
 
@@ -307,8 +307,6 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
             for name, meta in c["files"].items()
         ]
         parts.append(_table(ck, ["step", "file", "bytes", "sha256", ""]) if ck else "<p>none kept</p>")
-        import yaml
-
         cfg = yaml.safe_dump(run["config"], sort_keys=False)
         parts.append(f"<h2>Config: {html.escape(run['name'])}</h2><pre>{html.escape(cfg)}</pre>")
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
