@@ -67,7 +67,7 @@ def _analyse(source: str, path: str) -> tuple[ModuleInfo | None, Finding | None]
         line = getattr(e, "lineno", 1) or 1
         col = (getattr(e, "offset", 1) or 1) - 1
         return None, Finding(path, line, col + 1, "HL000", f"cannot parse: {getattr(e, 'msg', e)}", "error")
-    return ModuleInfo(tree, source), None
+    return ModuleInfo(tree, source, path), None
 
 
 def lint_source(

@@ -1,122 +1,99 @@
-"""What the rules need to know about a module: where the hot loops are and which names hold tensors.
+"""What the rules need to know about a module: where the hot loops are, which code runs every step,
+what names resolve to, and (via `kinds.KindModel`) which expressions are tensors.
 
-Hot regions (where a per-step cost is paid every step):
+Hot regions (code that runs every training step):
 - the body of the innermost `for`/`while` loop around a `.backward()` call, an optimizer or scaler
   `.step()`, or a call to a function of the same module that does one of those;
 - the whole body of a function named like a train step (`train_step`, `training_step`, `*_train_step`)
-  or one that does a backward/step itself and is called from a loop of the module.
+  or one that does a backward/step itself and is called from a loop of the module;
+- interprocedurally: every same-file function or method called from a hot region (not under a gate) is
+  hot too, to a fixpoint; one called from a training loop is a training function (HL020/HL021 look there).
 A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too).
 
-Boundary gates: statements under an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
-that says so (`log`, `print`, `eval`, `save`, `checkpoint`, `verbose`, `debug`, `report`) run once per
-interval, not every step, and are not hot. A `# sync: <why>` comment marks an intended host read.
+Gates: statements in the body of an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
+whose words say so (`log`, `eval`, `save`, `checkpoint`, `verbose`, `interval`, ...) run once per
+interval, not every step, and are not hot. An `if` whose body steps the optimizer (`if (i + 1) % accum
+== 0: optimizer.step()`) is an *update gate*, not a boundary: accumulation scripts update every
+window, so its body is as hot as the loop. The `else:` branch of a gate runs on the other steps: hot.
+A `# sync: <why>` comment marks an intended host read.
 
-Tensor-ness is a heuristic, flow-insensitive per function: a name holds a tensor when it is assigned
-from a `torch.*`/`F.*` call, a call of something named like a model or a loss, tensor arithmetic or
-methods, `.grad`, or is the target of a loop over something named like a loader/dataset/batches; and it
-does not when it is assigned from `.item()`, `float()`, `len()`, a literal, and so on.
+Names resolve through the module's imports and aliases (`import torch.nn.functional as F`,
+`from torch.cuda import synchronize`, `sync = torch.cuda.synchronize`).
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 
-TENSOR_NAME = re.compile(
-    r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
-    r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
-    r"(_loss|_logits|_tensor|_t)$"
+from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
+    MODEL_NAME,
+    FunctionInfo,
+    KindModel,
+    dotted,
+    method_name,
+    target_names,
 )
-MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
-                        re.I)  # fmt: skip
-LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
-GATE_NAME = re.compile(r"(log|print|eval|valid|save|checkpoint|ckpt|verbose|debug|report|display|is_last|last_)", re.I)
-TENSOR_METHODS = {
-    "sum", "mean", "max", "min", "abs", "sqrt", "pow", "exp", "log", "norm", "detach", "float", "half", "double",
-    "bfloat16", "to", "cuda", "clone", "view", "reshape", "squeeze", "unsqueeze", "softmax", "log_softmax",
-    "argmax", "argmin", "any", "all", "isnan", "isinf", "isfinite", "clamp", "mul", "add", "sub", "div", "matmul",
-    "contiguous", "flatten", "permute", "transpose", "std", "var", "prod", "cumsum", "masked_fill", "gather",
-    "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
+
+GATE_WORDS = {
+    "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
+    "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
+    "generate", "visualize", "vis", "plot", "summary", "tensorboard", "wandb", "writer", "interval", "every",
+    "freq", "frequency", "profile", "profiling", "benchmark", "timing", "logs", "logger",
 }  # fmt: skip
-SCALAR_FUNCS = {"float", "int", "bool", "len", "range", "str", "round", "abs_", "enumerate", "zip", "isinstance"}
-SCALAR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "__len__", "get_last_lr", "state_dict"}
-TENSOR_COLLECTION = re.compile(
-    r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
-    r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$"
-)
+UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
-
-
-def dotted(node: ast.AST) -> str:
-    """`torch.nn.functional.relu` for an Attribute/Name chain, else ''."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def call_name(call: ast.Call) -> str:
+    """The dotted name as written (no alias resolution); `ModuleInfo.call_name` resolves aliases."""
     return dotted(call.func)
 
 
-def method_name(call: ast.Call) -> str:
-    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
-
-
 def is_step_call(node: ast.AST) -> bool:
-    """`x.backward()`, `optimizer.step()`, `scaler.step(opt)`."""
+    """`x.backward()`, `accelerator.backward(loss)`, `optimizer.step()`, `scaler.step(opt)`."""
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
     if node.func.attr == "backward":
         return True
-    return node.func.attr == "step" and bool(STEP_RECEIVER.search(dotted(node.func.value) or ""))
+    return is_optimizer_step(node)
 
 
-def walk_local(node: ast.AST):
-    """ast.walk that does not enter nested function or class definitions (nor lambdas)."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        n = stack.pop()
-        yield n
-        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(n))
+def is_optimizer_step(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+            and bool(STEP_RECEIVER.search(dotted(node.func.value) or "")))  # fmt: skip
+
+
+def gate_word(name: str) -> bool:
+    words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
+    return any(w in GATE_WORDS for w in words)
 
 
 def is_gate(test: ast.expr) -> bool:
     for n in ast.walk(test):
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
             return True
-        if isinstance(n, ast.Name) and GATE_NAME.search(n.id):
+        if isinstance(n, ast.Name) and gate_word(n.id):
             return True
-        if isinstance(n, ast.Attribute) and GATE_NAME.search(n.attr):
+        if isinstance(n, ast.Attribute) and gate_word(n.attr):
             return True
     return False
 
 
-@dataclass
-class FunctionInfo:
-    node: ast.AST
-    tensors: set[str] = field(default_factory=set)
-    scalars: set[str] = field(default_factory=set)
-    tensor_lists: set[str] = field(default_factory=set)
-
-    def is_tensor_name(self, name: str) -> bool:
-        if name in self.scalars and name not in self.tensors:
-            return False
-        return name in self.tensors or bool(TENSOR_NAME.search(name)) and name not in self.scalars
+def _negated(test: ast.expr) -> bool:
+    """`if step % n != 0:` / `if not is_log_step:`: the gated statements are in the `else:`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 
-class ModuleInfo:
-    """Hot regions, training loops, gates and per-function tensor names of one parsed module."""
+class ModuleInfo(KindModel):
+    """Hot regions, training loops, gates, aliases and per-function tensor names of one parsed module."""
 
-    def __init__(self, tree: ast.Module, source: str) -> None:
-        self.tree, self.source, self.lines = tree, source, source.splitlines()
+    def __init__(self, tree: ast.Module, source: str, path: str = "") -> None:
+        self.tree, self.source, self.lines, self.path = tree, source, source.splitlines(), path
         # One walk builds the node list and the parent map that every rule reuses.
         self.parent: dict[ast.AST, ast.AST] = {}
         self.nodes: list[ast.AST] = []
@@ -128,14 +105,82 @@ class ModuleInfo:
                 self.parent[child] = node
                 stack.append(child)
         self.nodes.reverse()  # parents before children, as ast.walk
-        self.functions = {n.name: n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.aliases = self._aliases()
+        self.functions: dict[str, list[ast.AST]] = {}
+        for n in self.nodes:
+            if isinstance(n, FUNCS):
+                self.functions.setdefault(n.name, []).append(n)
+        self._next_targets: dict[ast.AST, list[ast.AST]] = {}
+        self.calls_to: dict[str, list[ast.Call]] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Call):
+                target = self.local_target(n)
+                if target:
+                    self.calls_to.setdefault(target, []).append(n)
+        self._kinds_init()
         self.step_functions = self._step_functions()
         self.hot_loops: set[ast.AST] = set()
         self.train_loops: set[ast.AST] = set()
         self.hot_functions: set[ast.AST] = set()
+        self.train_functions: set[ast.AST] = set()
         self._find_hot()
-        self.info: dict[ast.AST, FunctionInfo] = {}
         self.uses_cuda = bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
+        # Code that never names a device runs on the CPU: its reads wait for nothing (sync rules skip it).
+        self.device_code = self.uses_cuda or bool(re.search(
+            r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
+
+    # -- names ----------------------------------------------------------------------------------
+
+    def _aliases(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        assigned: dict[str, int] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Import):
+                for a in n.names:
+                    if a.asname:
+                        out[a.asname] = a.name
+            elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+                for a in n.names:
+                    out[a.asname or a.name] = f"{n.module}.{a.name}"
+            elif isinstance(n, ast.Assign):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        assigned[t.id] = assigned.get(t.id, 0) + 1
+        for n in self.nodes:  # `sync = torch.cuda.synchronize (if cuda else lambda: None)`, assigned once
+            if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                    and assigned.get(n.targets[0].id) == 1):  # fmt: skip
+                value = n.value.body if isinstance(n.value, ast.IfExp) else n.value
+                if isinstance(value, ast.Attribute):
+                    full = self._resolve(dotted(value), out)
+                    if full.startswith("torch."):
+                        out[n.targets[0].id] = full
+        return out
+
+    @staticmethod
+    def _resolve(name: str, aliases: dict[str, str]) -> str:
+        """Only names of the modules the rules know are expanded (`F.relu` -> `torch.nn.functional.relu`);
+        `from tqdm import tqdm` or a logger import keep the spelling the rules match."""
+        head, _, rest = name.partition(".")
+        full = aliases.get(head)
+        if not full or not full.split(".")[0] in ("torch", "time", "numpy", "math"):
+            return name
+        return f"{full}.{rest}" if rest else full
+
+    def call_name(self, call: ast.Call) -> str:
+        return self._resolve(dotted(call.func), self.aliases)
+
+    def local_target(self, call: ast.Call) -> str:
+        """The name of the same-file function a call may reach: `f(...)`, `self.f(...)`, `cls.f(...)`."""
+        f = call.func
+        if isinstance(f, ast.Name):
+            return f.id
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
+            return f.attr
+        return ""
+
+    @staticmethod
+    def walk_local(node: ast.AST):
+        return walk_local(node)
 
     # -- hot regions ----------------------------------------------------------------------------
 
@@ -146,7 +191,7 @@ class ModuleInfo:
         for node in self.nodes:
             if is_step_call(node) and self.enclosing_loop(node) is None:
                 fn = self.enclosing_function(node)
-                if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(fn, FUNCS):
                     names.add(fn.name)
         return names
 
@@ -160,7 +205,7 @@ class ModuleInfo:
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:
         n = self.parent.get(node)
-        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        while n is not None and not isinstance(n, (*FUNCS, ast.Lambda, ast.Module)):
             if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
                 return n
             n = self.parent.get(n)
@@ -168,7 +213,7 @@ class ModuleInfo:
 
     def enclosing_function(self, node: ast.AST) -> ast.AST:
         n = self.parent.get(node)
-        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        while n is not None and not isinstance(n, (*FUNCS, ast.Module)):
             n = self.parent.get(n)
         return n if n is not None else self.tree
 
@@ -183,9 +228,9 @@ class ModuleInfo:
                         self.train_loops.add(outer)
                         outer = self.enclosing_loop(outer)
                     self.train_loops.add(loop)
-        for name, fn in self.functions.items():
+        for name, fns in self.functions.items():
             if STEP_FUNCTION.search(name):
-                self.hot_functions.add(fn)
+                self.hot_functions.update(fns)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
         if epoch_fns:
@@ -202,13 +247,70 @@ class ModuleInfo:
             if isinstance(n, ast.Call)
         }
         for name in self.step_functions & called_in_loops:
-            self.hot_functions.add(self.functions[name])
+            self.hot_functions.update(self.functions[name])
+        # Interprocedural: what a hot region calls every step is hot; what a training loop calls is training code.
+        self._generators()
+        calls = [n for n in self.nodes if isinstance(n, ast.Call) and self.targets_of(n)]
+        changed = True
+        while changed:
+            changed = False
+            for c in calls:
+                hot, training = self.in_hot(c), self.in_training_loop(c)
+                for fn in self.targets_of(c):
+                    if hot and fn not in self.hot_functions and not self._is_outer(fn, c):
+                        self.hot_functions.add(fn)
+                        changed = True
+                    if training and fn not in self.train_functions:
+                        self.train_functions.add(fn)
+                        changed = True
+
+    def _generators(self) -> None:
+        """`batches = make_batches(...)` (a same-file generator) then `next(batches)` in the loop: the
+        generator's body runs between steps, so calls of it count as calls of the generator function."""
+        made: dict[str, list[ast.AST]] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                fns = [f for f in self.targets_of(n.value) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
+                                                                   for y in walk_local(f))]  # fmt: skip
+                if fns:
+                    for t in n.targets:
+                        if dotted(t):
+                            made.setdefault(dotted(t), []).extend(fns)
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args:
+                fns = made.get(dotted(n.args[0]))
+                if fns:
+                    self._next_targets[n] = fns
+
+    def targets_of(self, call: ast.Call) -> list[ast.AST]:
+        return self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
+
+    def _is_outer(self, fn: ast.AST, call: ast.AST) -> bool:
+        """A call inside `fn` itself (recursion) or of a function that holds the hot loop (an epoch function)."""
+        n = self.parent.get(call)
+        while n is not None:
+            if n is fn:
+                return True
+            n = self.parent.get(n)
+        return any(self.enclosing_function(loop) is fn for loop in self.hot_loops)
+
+    def is_update_gate(self, node: ast.If) -> bool:
+        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary."""
+        if UPDATE_GATE.search(ast.unparse(node.test)):
+            return True
+        return any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
+                   if isinstance(n, ast.Call))  # fmt: skip
+
+    def boundary_gate(self, node: ast.If) -> bool:
+        return is_gate(node.test) and not self.is_update_gate(node)
 
     def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
         child, n = node, self.parent.get(node)
         while n is not None and n is not stop:
-            if isinstance(n, ast.If) and child is not n.test and is_gate(n.test):
-                return True
+            if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
+                branch = n.orelse if _negated(n.test) else n.body
+                if child in branch:
+                    return True
             child, n = n, self.parent.get(n)
         return False
 
@@ -220,16 +322,18 @@ class ModuleInfo:
                 if isinstance(n, (ast.For, ast.AsyncFor)) and self._in_iter(node, n):
                     return False
                 return not self._gated(node, n)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and n not in self.hot_functions:
+            if isinstance(n, (*FUNCS, ast.Lambda)) and n not in self.hot_functions:
                 return False
             n = self.parent.get(n)
         return False
 
     def in_training_loop(self, node: ast.AST) -> bool:
         n = self.parent.get(node)
-        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            if n in self.train_loops:
+        while n is not None and not isinstance(n, ast.Lambda):
+            if n in self.train_loops or n in self.train_functions:
                 return True
+            if isinstance(n, FUNCS):
+                break
             n = self.parent.get(n)
         return self.in_hot(node)
 
@@ -244,123 +348,12 @@ class ModuleInfo:
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]
 
-    # -- tensor-ness ----------------------------------------------------------------------------
 
-    def function_info(self, node: ast.AST) -> FunctionInfo:
-        fn = self.enclosing_function(node)
-        if fn not in self.info:
-            self.info[fn] = self._infer(fn)
-        return self.info[fn]
-
-    def _infer(self, fn: ast.AST) -> FunctionInfo:
-        info = FunctionInfo(fn)
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for a in fn.args.args + fn.args.kwonlyargs:
-                if a.annotation is not None and "Tensor" in ast.unparse(a.annotation):
-                    info.tensors.add(a.arg)
-        body = list(walk_local(fn))
-        for _ in range(2):  # a second pass lets names defined from other names settle
-            for n in body:
-                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    kind = self.kind(n.value, info)
-                    for t in targets:
-                        for name in _target_names(t):
-                            if kind == "tensor":
-                                info.tensors.add(name)
-                            elif kind == "scalar":
-                                info.scalars.add(name)
-                elif isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter):
-                    target = n.target
-                    if (isinstance(n.iter, ast.Call) and call_name(n.iter) == "enumerate"
-                            and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip
-                        info.scalars.update(_target_names(target.elts[0]))  # the index
-                        target = target.elts[1]
-                    for name in _target_names(target):
-                        info.tensors.add(name)
-                if isinstance(n, ast.Assign) and isinstance(n.value, (ast.ListComp, ast.List)):
-                    elts = [n.value.elt] if isinstance(n.value, ast.ListComp) else n.value.elts
-                    if elts and all(self.kind(e, info, comp=n.value) == "tensor" for e in elts):
-                        info.tensor_lists.update(name for t in n.targets for name in _target_names(t))
-                elif isinstance(n, ast.Call) and method_name(n) == "append" and n.args:
-                    if self.kind(n.args[0], info) == "tensor":
-                        info.tensor_lists.add(dotted(n.func.value))
-        return info
-
-    def _iterates_data(self, it: ast.expr) -> bool:
-        if isinstance(it, ast.Call) and call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):
-            return any(self._iterates_data(a) for a in it.args)
-        name = dotted(it)
-        return bool(name) and bool(LOADER_NAME.search(name.split(".")[-1])) and "range" not in name
-
-    def comp_tensors(self, comp: ast.AST | None, info: FunctionInfo) -> set[str]:
-        """Names a comprehension binds to elements of a tensor collection (`for g in grads`)."""
-        out: set[str] = set()
-        for gen in getattr(comp, "generators", []):
-            it = gen.iter
-            name = dotted(it.func) if isinstance(it, ast.Call) else dotted(it)
-            last = name.split(".")[-1] if name else ""
-            if TENSOR_COLLECTION.search(last) or last in info.tensor_lists:
-                out.update(_target_names(gen.target))
-        return out
-
-    def kind(self, e: ast.expr, info: FunctionInfo, comp: ast.AST | None = None) -> str | None:
-        """'tensor', 'scalar' or None (unknown) for an expression (inside comprehension `comp`, if any)."""
-        if comp is not None and isinstance(e, ast.Name) and e.id in self.comp_tensors(comp, info):
-            return "tensor"
-        if comp is not None:
-            bound = self.comp_tensors(comp, info)
-            if bound and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(e)):
-                k = self.kind(e, FunctionInfo(info.node, info.tensors | bound, info.scalars, info.tensor_lists))
-                if k is not None:
-                    return k
-        if isinstance(e, ast.Constant) or isinstance(e, (ast.JoinedStr, ast.List, ast.Dict, ast.Set, ast.Tuple)):
-            return "scalar" if isinstance(e, (ast.Constant, ast.JoinedStr)) else None
-        if isinstance(e, ast.Name):
-            if e.id in info.scalars and e.id not in info.tensors:
-                return "scalar"
-            return "tensor" if info.is_tensor_name(e.id) else None
-        if isinstance(e, ast.Attribute):
-            if e.attr in ("grad", "data", "weight", "bias"):
-                return "tensor"
-            if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
-                return "scalar"
-            return "tensor" if TENSOR_NAME.search(e.attr) else None
-        if isinstance(e, ast.Subscript):
-            return "tensor" if self.kind(e.value, info) == "tensor" else None
-        if isinstance(e, ast.BinOp):
-            kinds = {self.kind(e.left, info), self.kind(e.right, info)}
-            return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
-        if isinstance(e, ast.UnaryOp):
-            return self.kind(e.operand, info)
-        if isinstance(e, ast.Compare):
-            if all(isinstance(op, (ast.Is, ast.IsNot)) for op in e.ops):
-                return "scalar"  # identity tests never read values
-            kinds = {self.kind(x, info) for x in [e.left, *e.comparators]}
-            return "tensor" if "tensor" in kinds else None
-        if isinstance(e, ast.BoolOp):
-            return "tensor" if any(self.kind(v, info) == "tensor" for v in e.values) else None
-        if isinstance(e, ast.Call):
-            name = call_name(e)
-            meth = method_name(e)
-            if meth in SCALAR_METHODS or name in SCALAR_FUNCS:
-                return "scalar"
-            if name.startswith(("torch.", "F.", "nn.functional.")) and not name.startswith(
-                ("torch.cuda.", "torch.device", "torch.no_grad", "torch.distributed", "torch.compile")
-            ):
-                return "tensor"
-            if meth in TENSOR_METHODS and self.kind(e.func.value, info) == "tensor":  # type: ignore[attr-defined]
-                return "tensor"
-            base = name.split(".")[-1] if name else ""
-            if base and MODEL_NAME.search(base) and not base[:1].isupper():
-                return "tensor"
-            return None
-        return None
-
-
-def _target_names(t: ast.expr) -> list[str]:
-    if isinstance(t, ast.Name):
-        return [t.id]
-    if isinstance(t, (ast.Tuple, ast.List)):
-        return [n for e in t.elts for n in _target_names(e)]
-    return []
+def walk_local(node: ast.AST):
+    """ast.walk that does not enter nested function or class definitions (nor lambdas)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (*FUNCS, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))

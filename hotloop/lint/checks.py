@@ -15,8 +15,10 @@ from hotloop.lint.analysis import (
     ModuleInfo,
     call_name,
     dotted,
+    is_optimizer_step,
     is_step_call,
     method_name,
+    target_names,
     walk_local,
 )
 
@@ -47,12 +49,26 @@ def _span(node: ast.AST, text: str) -> Edit:
     return Edit(node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0, text)
 
 
+def _src(node: ast.AST, limit: int = 60) -> str:
+    """The offending expression as the user wrote it (shortened), for messages."""
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _kw(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
 def _is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
+
+
+def _is_false_node(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _is_false(kw: ast.keyword | None) -> bool:
+    return kw is not None and _is_false_node(kw.value)
 
 
 class Checker:
@@ -86,13 +102,17 @@ class Checker:
             self.schedulers()
         if "DistributedSampler" in src:
             self.samplers()
-        return [h for h in self.hits if not (h.code in SYNC_RULES and self.mi.has_sync_marker(h.node.lineno))]
+        return [h for h in self.hits if not (h.code in SYNC_RULES and (self.mi.has_sync_marker(h.node.lineno)
+                                                                       or not self.mi.device_code))]  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
         self.hits.append(Hit(code, node, message, edit))
 
+    def kind(self, e: ast.expr) -> str | None:
+        return self.mi.kind(e, self.mi.function_info(e))
+
     def tensor(self, e: ast.expr) -> bool:
-        return self.mi.kind(e, self.mi.function_info(e)) == "tensor"
+        return self.kind(e) == "tensor"
 
     def tensorish_iterable(self, e: ast.expr) -> bool:
         if isinstance(e, (ast.List, ast.Tuple, ast.Set)):
@@ -106,16 +126,18 @@ class Checker:
     # -- calls ----------------------------------------------------------------------------------
 
     def call(self, c: ast.Call) -> None:
-        mi, name, meth = self.mi, call_name(c), method_name(c)
+        mi, name, meth, raw = self.mi, self.mi.call_name(c), method_name(c), call_name(c)
         hot = mi.in_hot(c)
         base = name.split(".")[-1]
         if hot:
-            if meth == "item" and not c.args:
-                self.add("HL001", c, "`.item()` reads the tensor on the host every step")
+            if meth == "item" and not c.args and self.kind(c.func.value) != "scalar":  # type: ignore[attr-defined]
+                self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
-                self.add("HL001", c, f"`{name}()` of a tensor reads it on the host every step")
-            if LOG_FUNCS.match(name) and any(self.tensor(a) for a in c.args):
-                self.add("HL002", c, f"`{name}` of a tensor formats it on the host every step")
+                self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
+            if LOG_FUNCS.match(raw):
+                shown = next((a for a in c.args if self.tensor(a)), None)
+                if shown is not None:
+                    self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
             if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere") or (
                 meth in ("nonzero", "masked_select", "unique") and isinstance(c.func, ast.Attribute)
                 and self.tensor(c.func.value)
@@ -143,15 +165,15 @@ class Checker:
                 name == "torch.tensor"
                 and _kw(c, "device") is not None
                 and c.args
-                and not self.tensorish_iterable(c.args[0])
-            ):
+                and self._constant_list(c.args[0])
+            ):  # fmt: skip
                 self.add("HL024", c, "`torch.tensor(list, device=...)` builds and copies host data every step")
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):
                 self.add("HL025", c, "a new function is compiled every iteration: torch.compile recompiles")
         if mi.in_training_loop(c):
-            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache"):
-                self.add("HL020", c, f"`{name}()` inside the training loop")
-            if name == "torch.save" and not self._replaced_atomically(c):
+            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and not self._deliberate(c):
+                self.add("HL020", c, f"`{_src(c)}` inside the training loop")
+            if name == "torch.save" and not self._replaced_atomically(c) and not self._fresh_path(c):
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
             if meth == "append" and c.args and mi.in_hot(c):
                 arg = c.args[0]
@@ -199,9 +221,10 @@ class Checker:
                 return  # .to(torch.float16): a dtype cast
             if isinstance(target, ast.Constant) and target.value == "cpu":
                 return
-        if _is_true(getattr(_kw(c, "non_blocking"), "value", None)):
+        nb = _kw(c, "non_blocking")
+        if nb is not None and not (isinstance(nb.value, ast.Constant) and not nb.value.value):
             return
-        if not self.tensor(recv):
+        if not self.tensor(recv) or self._cpu_branch(c):
             return
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)
@@ -210,6 +233,33 @@ class Checker:
             sep = ", " if (c.args or c.keywords) else ""
             edit = Edit(c.end_lineno, end - 1, c.end_lineno, end - 1, f"{sep}non_blocking=True")
         self.add("HL012", c, "host-to-device copy without `non_blocking=True` blocks the host", edit)
+
+    def _deliberate(self, c: ast.Call) -> bool:
+        """A timing barrier (a clock read within two lines) or behind a flag/gate: chosen, not an accident."""
+        fn = self.mi.enclosing_function(c)
+        if re.search(r"bench|profil", getattr(fn, "name", "") + " " + self.mi.path, re.I):
+            return True  # a benchmark's barrier is its purpose (a training script timing each step is not)
+        child, n = c, self.mi.parent.get(c)
+        while n is not None and n is not fn:
+            if isinstance(n, ast.If) and child is not n.test and not self.mi.is_update_gate(n):
+                return True
+            if isinstance(n, (ast.For, ast.While)) and n in self.mi.hot_loops:
+                break
+            child, n = n, self.mi.parent.get(n)
+        return False
+
+    def _cpu_branch(self, node: ast.AST) -> bool:
+        """Under `if device_type == 'cuda': ... else:` (or `if device == 'cpu':`): not the CUDA path."""
+        child, n = node, self.mi.parent.get(node)
+        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(n, ast.If) and child is not n.test:
+                test = ast.unparse(n.test)
+                if "cuda" in test and child in n.orelse and "!=" not in test and "not " not in test:
+                    return True
+                if re.search(r"['\"](cpu|mps)['\"]", test) and child in n.body and "!=" not in test:
+                    return True
+            child, n = n, self.mi.parent.get(n)
+        return False
 
     def _drop_kw(self, c: ast.Call, name: str) -> Edit | None:
         if c.lineno != c.end_lineno or len(c.args) + len(c.keywords) != 1:
@@ -239,6 +289,36 @@ class Checker:
             for n in walk_local(fn)
         )
 
+    def _fresh_path(self, c: ast.Call) -> bool:
+        """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
+        if len(c.args) < 2:
+            target = getattr(_kw(c, "f"), "value", None)
+        else:
+            target = c.args[1]
+        if target is None:
+            return False
+        text = ast.unparse(target)
+        if re.search(r"BytesIO|buffer|buf\b|\bio\b", text):
+            return True
+        fn = self.mi.enclosing_function(c)
+        seen: set[str] = set()
+        todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]  # `path = f"ckpt_{epoch}.pt"`, two deep
+        for _ in range(2):
+            found = []
+            for name in set(todo) - seen:
+                seen.add(name)
+                values = [n.value for n in walk_local(fn) if isinstance(n, ast.Assign)
+                          and any(name in target_names(t) for t in n.targets)]  # fmt: skip
+                if len(values) == 1:
+                    text += " " + ast.unparse(values[0])
+                    found += [n.id for n in ast.walk(values[0]) if isinstance(n, ast.Name)]
+            todo = found
+        if re.search(r"BytesIO\(", text):
+            return True
+        formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
+        varying = re.compile(r"\b(epoch|ep|step|steps|global_step|iteration|iter|it|i|n_iter|batch_idx|e)\b", re.I)
+        return any(varying.search(" ".join(g)) for g in formatted)
+
     def _float32_guard(self, c: ast.Call) -> bool:
         if re.search(r"\.float\(\)|float32", ast.unparse(c.args[0])):
             return True
@@ -254,31 +334,101 @@ class Checker:
         return False
 
     def dataloader(self, c: ast.Call) -> None:
-        if any(k.arg is None for k in c.keywords):
-            return  # **kwargs: the options may be in there
-        workers = _kw(c, "num_workers")
-        has_workers = workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0)
-        if self.mi.uses_cuda and _kw(c, "pin_memory") is None:
-            self.add("HL011", c, "`DataLoader` in CUDA code without `pin_memory=True`: every copy is synchronous")
-        elif has_workers and _kw(c, "persistent_workers") is None:
-            self.add("HL011", c, "`DataLoader` with workers but without `persistent_workers=True`")
+        """Only loaders with worker processes: with `num_workers=0` the main thread loads and would pin
+        (one more copy on the critical path), and there are no workers to keep alive."""
+        kws = self._loader_kwargs(c)
+        if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
+            return  # **kwargs we cannot see into: the options may be in there
+        # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
+        workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
+        if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
+            return
+        pinned = "pin_memory" in kws or len(c.args) > 7
+        missing = []
+        if self.mi.uses_cuda and not pinned:
+            missing.append("`pin_memory=True` (CUDA code: copies from pageable memory are synchronous)")
+        if "persistent_workers" not in kws and self._reiterated(c):
+            missing.append("`persistent_workers=True` (workers are re-forked every epoch)")
+        if missing:
+            self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
 
-    # -- other node types -----------------------------------------------------------------------
+    def _loader_kwargs(self, c: ast.Call) -> dict[str, ast.expr] | None:
+        """The call's keywords, with `**kwargs` expanded when kwargs is a dict literal of the same function
+        (`kwargs = {'num_workers': 1, 'pin_memory': True} if cuda else {}`: the union of the branches)."""
+        out = {k.arg: k.value for k in c.keywords if k.arg}
+        for k in c.keywords:
+            if k.arg is not None:
+                continue
+            if not isinstance(k.value, ast.Name):
+                return None
+            fn = self.mi.enclosing_function(c)
+            nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
+            values = [n.value for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+                      and any(k.value.id in target_names(t) for t in getattr(n, "targets", [getattr(n, "target", None)]))]  # fmt: skip
+            for n in nodes:  # `kwargs.update(cuda_kwargs)`
+                if isinstance(n, ast.Call) and method_name(n) == "update" and dotted(n.func.value) == k.value.id:  # type: ignore[attr-defined]
+                    for a in n.args:
+                        values += [a] if isinstance(a, ast.Dict) else [
+                            m.value for m in nodes if isinstance(m, ast.Assign) and isinstance(a, ast.Name)
+                            and any(a.id in target_names(t) for t in m.targets)]  # fmt: skip
+            dicts = [d for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            if not dicts or not all(isinstance(d, ast.Dict) for d in dicts):
+                return None
+            for d in dicts:
+                for key, val in zip(d.keys, d.values):  # type: ignore[attr-defined]
+                    if not isinstance(key, ast.Constant):
+                        return None
+                    out.setdefault(key.value, val)
+        return out
+
+    def _reiterated(self, c: ast.Call) -> bool:
+        """The loader is iterated more than once in its lifetime: used inside a loop (an epoch loop around
+        it), or handed to code that loops epochs. A loader built inside a loop, or iterated once (a test
+        set read at the end, an evaluation loader rebuilt per call), never re-forks."""
+        if self.mi.enclosing_loop(c) is not None:
+            return False  # built per epoch: persistent workers would not survive the loader anyway
+        assign = self.mi.parent.get(c)
+        names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
+        if not names or any(n.startswith(("self.", "cls.")) for n in names):
+            return True  # passed straight on or kept on an object: assume several epochs
+        scope, used = self.mi.enclosing_function(c), False
+        for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
+            if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)):
+                continue
+            used = True
+            if self.mi.enclosing_function(u) is not scope:
+                return True  # a global loader read by a function (an epoch function, called again and again)
+            outer = self.mi.parent.get(u)
+            while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
+                outer = self.mi.parent.get(outer)
+            if isinstance(outer, (ast.For, ast.AsyncFor)) and outer.iter is not None and u in ast.walk(outer.iter):
+                if self.mi.enclosing_loop(outer) is not None:
+                    return True
+                continue
+            if self.mi.enclosing_loop(u) is not None:
+                return True  # used every epoch (`train(model, loader)` inside `for epoch ...`)
+            call = self.mi.parent.get(u)
+            if isinstance(call, ast.Call) and u in call.args and not self.mi.targets_of(call):
+                if self.mi.call_name(call) not in ("len", "print", "iter", "next"):
+                    return True  # an unknown consumer (a trainer's fit) may run epochs
+        return not used  # never read here: exported to code we cannot see
 
     def branch(self, node: ast.AST) -> None:
         test = node.test  # type: ignore[attr-defined]
         if not self.mi.in_hot(test) or self.mi.has_sync_marker(node.lineno):
             return
+        if self.kind(test) == "scalar":
+            return
         if self.tensor(test) or any(
-            isinstance(n, ast.Call) and call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
+            isinstance(n, ast.Call) and self.mi.call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
             for n in ast.walk(test)
         ):
             kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
-            self.add("HL005", node, f"`{kind}` on a tensor reads it on the host every step")
+            self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
 
     def subscript(self, node: ast.Subscript) -> None:
-        if not self.mi.in_hot(node):
-            return
+        if not self.mi.in_hot(node) or isinstance(node.ctx, ast.Store):
+            return  # `x[mask] = v` is a masked fill on the device: no size to read
         idx = node.slice
         if (
             isinstance(idx, ast.Compare)
@@ -286,8 +436,24 @@ class Checker:
             or (isinstance(idx, ast.Name) and idx.id in self._mask_names(node))
         ):
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
-        elif isinstance(idx, ast.List) and self.tensor(node.value):
-            self.add("HL024", node, "indexing with a Python list copies it to the device every step")
+        elif self._constant_list(idx) and self.tensor(node.value):
+            self.add("HL024", node, f"`{_src(node)}`: indexing with a Python list copies it to the device every step")
+
+    def _constant_list(self, e: ast.expr) -> bool:
+        """A Python list the loop could build once: a literal of constants, `list(range(...))`, or a name
+        bound only to such (per-step data built from lists cannot be hoisted and is not reported)."""
+        def const(v: ast.expr) -> bool:
+            if isinstance(v, (ast.List, ast.Tuple)):
+                return bool(v.elts) and all(isinstance(x, ast.Constant) or isinstance(x, ast.UnaryOp)
+                                            and isinstance(x.operand, ast.Constant) for x in v.elts)  # fmt: skip
+            return isinstance(v, ast.Call) and self.mi.call_name(v) == "list" and bool(v.args) and isinstance(
+                v.args[0], ast.Call) and self.mi.call_name(v.args[0]) == "range"  # fmt: skip
+        if isinstance(e, ast.Name):
+            fn = self.mi.enclosing_function(e)
+            values = [n.value for n in list(walk_local(fn)) + list(walk_local(self.mi.tree)) if isinstance(n, ast.Assign)
+                      and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+            return bool(values) and all(const(v) for v in values)
+        return const(e)
 
     def _mask_names(self, node: ast.AST) -> set[str]:
         fn = self.mi.enclosing_function(node)
@@ -329,74 +495,170 @@ class Checker:
             self.add("HL008", fn, f"{what} is re-created every iteration but captures nothing that changes")
 
     def evaluation(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        if not re.match(r"^(val|eval|test)", fn.name, re.I):
+        """An evaluation loop (a `val*`/`eval*`/`test*` function, or any function run with `train=False`)
+        that misses no_grad or model.eval(), unless every same-file caller provides it."""
+        flag = next((a.arg for a in fn.args.args if a.arg in ("train", "training", "is_train", "is_training")),
+                    None)  # fmt: skip
+        if not re.match(r"^(val|eval|test)", fn.name, re.I) and flag is None:
             return
         loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
-        calls_model = any(
-            isinstance(n, ast.Call) and MODEL_NAME.search(call_name(n).split(".")[-1] or "-")
-            for loop in loops for n in walk_local(loop)
-        )  # fmt: skip
-        if not loops or not calls_model or any(is_step_call(n) for n in walk_local(fn)):
+        def runs_model(node: ast.AST, depth: int = 0) -> bool:
+            return any(isinstance(n, ast.Call) and (MODEL_NAME.search(call_name(n).split(".")[-1] or "-")
+                       or depth < 2 and any(runs_model(f, depth + 1) for f in self.mi.targets_of(n) if f is not fn))
+                       for n in walk_local(node))  # fmt: skip
+
+        calls_model = any(runs_model(loop) for loop in loops)
+        if not loops or not calls_model:
+            return
+        calls = self.mi.calls_to.get(fn.name, [])
+        if flag is not None:  # a shared train/eval loop: only its train=False calls evaluate
+            idx = [a.arg for a in fn.args.args].index(flag) - (1 if fn.args.args[0].arg in ("self", "cls") else 0)
+            calls = [c for c in calls if _is_false(_kw(c, flag)) or len(c.args) > idx >= 0 and
+                     isinstance(c.args[idx], ast.Constant) and c.args[idx].value is False]  # fmt: skip
+            if not calls:
+                return
+        elif any(is_step_call(n) for n in walk_local(fn)):
             return
         src = ast.unparse(fn)
-        if not re.search(r"no_grad|inference_mode", src):
+        if not re.search(r"no_grad|inference_mode|set_grad_enabled", src) and not (
+            calls and all(self._caller_has(c, "grad") for c in calls)
+        ):
             self.add("HL018", fn, f"`{fn.name}` runs the model without `torch.no_grad()`: activations are kept")
-        if ".eval()" not in src:
-            self.add("HL018", fn, f"`{fn.name}` runs the model without `model.eval()`: dropout/batch norm train")
+        if not re.search(r"\.eval\(\)|\.train\(False\)|\.train\(mode=False\)", src) and not (
+            calls and all(self._caller_has(c, "eval") for c in calls)
+        ):
+            what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}`"
+            self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
+
+    def _caller_has(self, call: ast.Call, what: str) -> bool:
+        """The caller switched to eval mode before the call, or runs it under no_grad."""
+        caller = self.mi.enclosing_function(call)
+        if what == "eval":
+            return any(isinstance(n, ast.Call) and (method_name(n) == "eval" or method_name(n) == "train"
+                                                    and n.args and _is_false_node(n.args[0]))
+                       and n.lineno <= call.lineno for n in walk_local(caller))  # fmt: skip
+        if isinstance(caller, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in caller.decorator_list
+        ):
+            return True
+        n = self.mi.parent.get(call)
+        while n is not None and n is not caller:
+            if isinstance(n, ast.With) and any(re.search(r"no_grad|inference_mode", ast.unparse(i.context_expr))
+                                               for i in n.items):  # fmt: skip
+                return True
+            n = self.mi.parent.get(n)
+        return False
 
     def clip_order(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """Branch-aware: a clip in the `else:` of `if use_amp: scaler.scale(loss).backward()` never saw the
+        scaler; the state that reaches a clip is the last scale/unscale on a path that can lead to it."""
         events = []
         for n in walk_local(fn):
             if isinstance(n, ast.Call):
-                name, meth = call_name(n), method_name(n)
+                meth = method_name(n)
                 if meth == "backward" and isinstance(n.func.value, ast.Call) and method_name(n.func.value) == "scale":  # type: ignore[attr-defined]
-                    events.append((n.lineno, n.col_offset, "scaled"))
+                    events.append((n.lineno, n.col_offset, "scaled", n))
                 elif meth == "unscale_":
-                    events.append((n.lineno, n.col_offset, "unscale"))
-                elif name.split(".")[-1] in ("clip_grad_norm_", "clip_grad_value_"):
+                    events.append((n.lineno, n.col_offset, "unscale", n))
+                elif self.mi.call_name(n).split(".")[-1] in ("clip_grad_norm_", "clip_grad_value_"):
                     events.append((n.lineno, n.col_offset, "clip", n))
-        state = None
-        for ev in sorted(events, key=lambda e: (e[0], e[1])):
-            if ev[2] in ("scaled", "unscale"):
-                state = ev[2]
-            elif state == "scaled":
-                self.add("HL017", ev[3], "clipping scaled gradients: call `scaler.unscale_(optimizer)` first")
+        events.sort(key=lambda e: (e[0], e[1]))
+        for i, ev in enumerate(events):
+            if ev[2] != "clip":
+                continue
+            state = next((p[2] for p in reversed(events[:i]) if p[2] != "clip" and not self._exclusive(p[3], ev[3])),
+                         None)  # fmt: skip
+            if state == "scaled":
+                self.add("HL017", ev[3], f"`{_src(ev[3])}` clips scaled gradients: call `scaler.unscale_(optimizer)` "
+                                         "first")  # fmt: skip
+
+    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """a and b sit in different branches of one `if`: no single pass runs both."""
+        def branches(n: ast.AST) -> dict[ast.AST, str]:
+            out, child, p = {}, n, self.mi.parent.get(n)
+            while p is not None:
+                if isinstance(p, ast.If):
+                    out[p] = "body" if child in p.body else ("orelse" if child in p.orelse else "test")
+                child, p = p, self.mi.parent.get(p)
+            return out
+        ba, bb = branches(a), branches(b)
+        return any(k in bb and {ba[k], bb[k]} == {"body", "orelse"} for k in ba)
 
     def accumulation(self, loop: ast.AST) -> None:
-        gated_step = False
+        """Several backward passes per optimizer step: an update gate (`if (i + 1) % accum == 0:`, or a flag
+        computed with `%`) around the step, backward under `no_sync`/`no_backward_sync`, or a micro-step
+        `for _ in range(n)` loop whose optimizer step is outside it. Accelerate's `accumulate` context
+        divides inside `accelerator.backward`, so it is never reported."""
+        fn = self.mi.enclosing_function(loop)
+        body = list(walk_local(fn))
+        if any(isinstance(n, ast.Call) and method_name(n) == "accumulate" for n in body):
+            return
+        mod_names = {name for n in body if isinstance(n, ast.Assign)
+                     and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n.value))
+                     for t in n.targets for name in target_names(t)}  # fmt: skip
+        accumulating = False
         for n in walk_local(loop):
-            if isinstance(n, ast.If) and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)
-                                             for b in ast.walk(n.test)):  # fmt: skip
-                if any(is_step_call(s) and method_name(s) == "step" for s in ast.walk(n)):
-                    gated_step = True
-        if not gated_step:
+            if isinstance(n, ast.If) and any(is_optimizer_step(x) for s in n.body + n.orelse for x in ast.walk(s)):
+                test = n.test
+                if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(test)) or any(
+                    isinstance(x, ast.Name) and (x.id in mod_names or re.search("accum", x.id, re.I))
+                    for x in ast.walk(test)
+                ):  # fmt: skip
+                    accumulating = True
+            elif isinstance(n, ast.With) and any(re.search(r"no_sync|no_backward_sync", ast.unparse(i.context_expr))
+                                                 for i in n.items):  # fmt: skip
+                accumulating = True
+        if (not accumulating and isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and call_name(loop.iter) == "range"
+                and not any(is_optimizer_step(x) for x in walk_local(loop))):  # fmt: skip
+            outer = self.mi.parent.get(loop)
+            while outer is not None and outer is not fn:
+                if isinstance(outer, (ast.For, ast.While)) and any(is_optimizer_step(x) for x in walk_local(outer)):
+                    accumulating = True
+                    break
+                outer = self.mi.parent.get(outer)
+        if not accumulating:
             return
         for n in walk_local(loop):
             if isinstance(n, ast.Call) and method_name(n) == "backward" and not self.mi._gated(n, loop):
                 target = n.func.value  # type: ignore[attr-defined]
+                if n.args and not self.tensor(target):
+                    target = n.args[0]  # accelerator.backward(loss), fabric.backward(loss)
                 if isinstance(target, ast.Call) and method_name(target) == "scale" and target.args:
                     target = target.args[0]
-                if not self._divided(target, loop):
-                    self.add("HL016", n, "accumulated loss is not divided by the number of accumulation steps")
+                if not self._divided(target, fn):
+                    self.add("HL016", n, f"`{_src(target)}` is accumulated without dividing by the accumulation steps")
 
-    def _divided(self, e: ast.expr, loop: ast.AST) -> bool:
+    def _divided(self, e: ast.expr, fn: ast.AST, depth: int = 0) -> bool:
+        """Divided (or scaled) where it is made: inline, by an assignment in the function, or in the return
+        of the same-file function that computes it."""
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Div, ast.Mult)):
             return True
-        if isinstance(e, ast.Name):
-            for n in walk_local(loop):
-                if isinstance(n, (ast.Assign, ast.AugAssign)):
+        if isinstance(e, ast.IfExp):  # `loss / n if n > 1 else loss`
+            return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
+        if isinstance(e, ast.Call):
+            return any(isinstance(r, ast.Return) and r.value is not None and self._divided(r.value, f)
+                       for f in self.mi.targets_of(e) for r in walk_local(f))  # fmt: skip
+        if isinstance(e, (ast.Name, ast.Attribute)):
+            key = dotted(e)
+            for n in walk_local(fn):
+                if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    if any(isinstance(t, ast.Name) and t.id == e.id for t in targets):
+                    if any(dotted(t) == key or key in target_names(t) for t in targets):
                         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)):
                             return True
-                        if isinstance(n, ast.Assign) and any(
-                            isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) for b in ast.walk(n.value)
-                        ):
+                        value = n.value.operand if isinstance(n.value, ast.UnaryOp) else n.value
+                        if not isinstance(n, ast.AugAssign) and (
+                            any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) for b in ast.walk(value))
+                            or isinstance(value, ast.Call) and self._divided(value, fn, depth)
+                            or isinstance(value, (ast.Name, ast.Attribute)) and dotted(value) != key and depth < 3
+                            and self._divided(value, fn, depth + 1)  # `loss = -pg_obj` after `pg_obj /= n`
+                        ):  # fmt: skip
                             return True
         return False
 
     def inference_mode(self, node: ast.With) -> None:
-        if not any(call_name(i.context_expr) == "torch.inference_mode" for i in node.items
+        if not any(self.mi.call_name(i.context_expr) == "torch.inference_mode" for i in node.items
                    if isinstance(i.context_expr, ast.Call)):  # fmt: skip
             return
         produced = {t.id for n in node.body for n2 in ast.walk(n) if isinstance(n2, ast.Assign)
@@ -446,7 +708,15 @@ class Checker:
             return
         for n in self.mi.nodes:
             if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == "DistributedSampler":
-                self.add("HL015", n, "`DistributedSampler` without `set_epoch(epoch)`: every epoch repeats the order")
+                shuffle = _kw(n, "shuffle")
+                if shuffle is not None and isinstance(shuffle.value, ast.Constant) and not shuffle.value.value:
+                    continue  # an evaluation sampler: no order to vary
+                parent = self.mi.parent.get(n)
+                where = " ".join(dotted(t) for t in getattr(parent, "targets", [])) + " " + " ".join(
+                    k.arg or "" for k in getattr(parent, "keywords", []) if k.value is n)
+                if re.search(r"val|test|eval", where, re.I):
+                    continue
+                self.add("HL015", n, f"`{_src(n)}` without `set_epoch(epoch)`: every epoch repeats the order")
 
 
 TORCH_CODE = re.compile(r"^\s*(import|from)\s+(torch|lightning|pytorch_lightning|accelerate|transformers)\b", re.M)

@@ -1,0 +1,345 @@
+"""The type model: is an expression a tensor, a Python value, or unknown?
+
+Flow-insensitive per function, with three sources of evidence, strongest first:
+1. assignments: a name assigned from a `torch.*`/`F.*` call, a model or loss call, tensor methods or
+   arithmetic on tensors, `.grad`, or bound by a loop over a loader is a tensor; a name assigned from
+   `.item()`, `float()`, `len()`, a literal, `time.*()`, arithmetic on such reads, or anything read out
+   of `torch.load(...)` (a checkpoint dict holds step counters and floats beside tensors) is a Python
+   value. Once a name has such evidence its spelling no longer matters.
+2. same-file calls: a parameter takes the kind every call site in the module passes for it, and a call
+   of a same-file function has the kind of what it returns.
+3. names, only for names with no other evidence: `loss`, `logits`, `*_loss`, ... look like tensors.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+TENSOR_NAME = re.compile(
+    r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
+    r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
+    r"(_loss|_logits|_tensor|_t)$"
+)
+MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
+                        re.I)  # fmt: skip
+LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
+TENSOR_METHODS = {
+    "sum", "mean", "max", "min", "abs", "sqrt", "pow", "exp", "log", "norm", "detach", "float", "half", "double",
+    "bfloat16", "to", "cuda", "clone", "view", "reshape", "squeeze", "unsqueeze", "softmax", "log_softmax",
+    "argmax", "argmin", "any", "all", "isnan", "isinf", "isfinite", "clamp", "mul", "add", "sub", "div", "matmul",
+    "contiguous", "flatten", "permute", "transpose", "std", "var", "prod", "cumsum", "masked_fill", "gather",
+    "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
+}  # fmt: skip
+READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Python
+SCALAR_FUNCS = {"float", "int", "bool", "len", "range", "str", "round", "enumerate", "zip", "isinstance", "repr",
+                "time.time", "time.perf_counter", "time.monotonic", "math.sqrt", "math.exp", "math.log", "math.cos",
+                "np.mean", "numpy.mean", "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple"}  # fmt: skip
+SCALAR_METHODS = READS | {"size", "dim", "numel", "__len__", "get_last_lr", "state_dict", "format", "join", "get_lr",
+                          "element_size", "nelement", "keys", "items", "values", "copy", "parse_args"}  # fmt: skip
+NOT_TENSOR_TORCH = re.compile(
+    r"^torch\.(cuda|device|no_grad|distributed|compile|load|save|manual_seed|get_rng_state|set_grad_enabled|"
+    r"is_tensor|is_grad_enabled|is_floating_point|autocast|amp|backends|utils|optim|nn\.(?!functional)|"
+    r"set_float32|get_default|inference_mode|jit|profiler|multiprocessing|hub|Generator|Size|dtype|finfo|iinfo)"
+)
+TENSOR_COLLECTION = re.compile(
+    r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
+    r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$"
+)
+
+
+@dataclass
+class FunctionInfo:
+    node: ast.AST
+    tensors: set[str] = field(default_factory=set)
+    scalars: set[str] = field(default_factory=set)  # Python values: evidence that a name is not a tensor
+    tensor_lists: set[str] = field(default_factory=set)
+
+    def is_tensor_name(self, name: str) -> bool:
+        if name in self.tensors:
+            return True
+        return name not in self.scalars and bool(TENSOR_NAME.search(name))
+
+
+def dotted(node: ast.AST) -> str:
+    """`torch.nn.functional.relu` for an Attribute/Name chain, else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def method_name(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def target_names(t: ast.expr) -> list[str]:
+    if isinstance(t, ast.Name):
+        return [t.id]
+    if isinstance(t, (ast.Tuple, ast.List)):
+        return [n for e in t.elts for n in target_names(e)]
+    if isinstance(t, ast.Starred):
+        return target_names(t.value)
+    return []
+
+
+class KindModel:
+    """Mixed into ModuleInfo: needs `call_name`, `functions`, `calls_to`, `walk_local`."""
+
+    def _kinds_init(self) -> None:
+        self.info: dict[ast.AST, FunctionInfo] = {}
+        self._returns: dict[ast.AST, str | None] = {}
+        self._in_progress: set[ast.AST] = set()
+
+    def function_info(self, node: ast.AST) -> FunctionInfo:
+        fn = self.enclosing_function(node)  # type: ignore[attr-defined]
+        return self.info_of(fn)
+
+    def info_of(self, fn: ast.AST) -> FunctionInfo:
+        if fn not in self.info:
+            self.info[fn] = FunctionInfo(fn)  # provisional, so recursion terminates
+            self.info[fn] = self._infer(fn)
+        return self.info[fn]
+
+    def _infer(self, fn: ast.AST) -> FunctionInfo:
+        info = FunctionInfo(fn)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._param_kinds(fn, info)
+        # Source order: `smooth = 0` is seen before `smooth = beta * smooth + (1 - beta) * loss_f`.
+        body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
+                      key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
+        for _ in range(2):  # a second pass lets names defined from other names settle
+            for n in body:
+                if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    value = n.value
+                    if isinstance(n, ast.AugAssign):
+                        value = ast.BinOp(left=ast.Name(id=dotted(n.target) or "_", ctx=ast.Load()), op=n.op,
+                                          right=n.value)  # fmt: skip
+                    kind = self.kind(value, info)
+                    for t in targets:
+                        for name in target_names(t):
+                            if kind == "tensor":
+                                info.tensors.add(name)
+                                info.scalars.discard(name)
+                            elif kind == "scalar" and name not in info.tensors:
+                                info.scalars.add(name)
+                elif isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter):
+                    target = n.target
+                    if (isinstance(n.iter, ast.Call) and self.call_name(n.iter) == "enumerate"  # type: ignore[attr-defined]
+                            and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip
+                        info.scalars.update(target_names(target.elts[0]))  # the index
+                        target = target.elts[1]
+                    for name in target_names(target):
+                        info.tensors.add(name)
+                elif isinstance(n, (ast.For, ast.AsyncFor)):
+                    self._loop_target_kinds(n, info)
+                if isinstance(n, ast.Assign) and isinstance(n.value, (ast.ListComp, ast.List)):
+                    elts = [n.value.elt] if isinstance(n.value, ast.ListComp) else n.value.elts
+                    if elts and all(self.kind(e, info, comp=n.value) == "tensor" for e in elts):
+                        info.tensor_lists.update(name for t in n.targets for name in target_names(t))
+                elif isinstance(n, ast.Call) and method_name(n) == "append" and n.args:
+                    if self.kind(n.args[0], info) == "tensor":
+                        info.tensor_lists.add(dotted(n.func.value))
+        return info
+
+    def _loop_target_kinds(self, n: ast.For | ast.AsyncFor, info: FunctionInfo) -> None:
+        """`for i in range(n)` binds Python ints; `for r in t` over a tensor binds tensors (also inside
+        `zip(...)`/`enumerate(...)`, position by position)."""
+        it, target = n.iter, n.target
+        if isinstance(it, ast.Call) and self.call_name(it) == "range":  # type: ignore[attr-defined]
+            info.scalars.update(target_names(target))
+            return
+        pairs = [(it, target)]
+        if isinstance(it, ast.Call) and self.call_name(it) in ("zip", "enumerate") and isinstance(target, ast.Tuple):  # type: ignore[attr-defined]
+            args = it.args if self.call_name(it) == "zip" else [None, *it.args]  # type: ignore[attr-defined]
+            pairs = list(zip(args, target.elts))
+        for src, tgt in pairs:
+            if src is None:
+                info.scalars.update(target_names(tgt))
+            elif isinstance(src, ast.Name) and src.id in info.tensors and isinstance(tgt, ast.Name):
+                info.tensors.add(tgt.id)
+
+    def _narrowed_away(self, e: ast.Name) -> bool:
+        """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
+        child, n = e, self.parent.get(e)  # type: ignore[attr-defined]
+        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if isinstance(n, ast.If) and child is not n.test and child in n.body:
+                for t in ast.walk(n.test):
+                    if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
+                            and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
+                            and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
+                        return True
+            child, n = n, self.parent.get(n)  # type: ignore[attr-defined]
+        return False
+
+    def _module_instance(self, name: str) -> bool:
+        cache = self.__dict__.setdefault("_instances", {})
+        if name not in cache:
+            cache[name] = self._find_module_instance(name)
+        return cache[name]
+
+    def _find_module_instance(self, name: str) -> bool:
+        for n in self.nodes:  # type: ignore[attr-defined]
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
+                name in target_names(t) for t in n.targets
+            ):  # fmt: skip
+                full = self.call_name(n.value)  # type: ignore[attr-defined]
+                last = full.split(".")[-1]
+                if full.startswith("torch.nn.") and last[:1].isupper() or last.endswith("Loss"):
+                    return True
+        return False
+
+    def _param_kinds(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: FunctionInfo) -> None:
+        """Annotations first; else what every same-file call site passes (positionally or by keyword)."""
+        params = [a.arg for a in fn.args.args]
+        offset = 1 if params[:1] in (["self"], ["cls"]) else 0
+        for a in fn.args.args + fn.args.kwonlyargs:
+            if a.annotation is not None:
+                ann = ast.unparse(a.annotation)
+                if "Tensor" in ann:
+                    info.tensors.add(a.arg)
+                elif re.fullmatch(r"(int|float|bool|str|Optional\[(int|float|str)\]|(int|float|str) \| None)", ann):
+                    info.scalars.add(a.arg)
+        calls = self.calls_to.get(fn.name, [])  # type: ignore[attr-defined]
+        if not calls or fn in self._in_progress:
+            return
+        self._in_progress.add(fn)
+        try:
+            for i, p in enumerate(params[offset:]):
+                kinds = set()
+                for c in calls:
+                    arg = c.args[i] if i < len(c.args) and not isinstance(c.args[i], ast.Starred) else None
+                    kw = next((k.value for k in c.keywords if k.arg == p), None)
+                    e = arg if arg is not None else kw
+                    if e is None:
+                        kinds.add("default")
+                        continue
+                    kinds.add(self.kind(e, self.function_info(e)))
+                if p in info.tensors or p in info.scalars:
+                    continue
+                if "tensor" in kinds:
+                    info.tensors.add(p)
+                elif kinds and kinds <= {"scalar", "default"} and "scalar" in kinds:
+                    info.scalars.add(p)
+        finally:
+            self._in_progress.discard(fn)
+
+    def return_kind(self, fn: ast.AST) -> str | None:
+        if fn in self._returns:
+            return self._returns[fn]
+        self._returns[fn] = None  # recursion guard
+        info = self.info_of(fn)
+        kinds = {self.kind(n.value, info) for n in self.walk_local(fn)  # type: ignore[attr-defined]
+                 if isinstance(n, ast.Return) and n.value is not None}  # fmt: skip
+        kind = "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+        self._returns[fn] = kind
+        return kind
+
+    def _iterates_data(self, it: ast.expr) -> bool:
+        if isinstance(it, ast.Call) and self.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):  # type: ignore[attr-defined]
+            return any(self._iterates_data(a) for a in it.args)
+        name = dotted(it)
+        return bool(name) and bool(LOADER_NAME.search(name.split(".")[-1])) and "range" not in name
+
+    def comp_tensors(self, comp: ast.AST | None, info: FunctionInfo) -> set[str]:
+        """Names a comprehension binds to elements of a tensor collection (`for g in grads`)."""
+        out: set[str] = set()
+        for gen in getattr(comp, "generators", []):
+            it = gen.iter
+            name = dotted(it.func) if isinstance(it, ast.Call) else dotted(it)
+            last = name.split(".")[-1] if name else ""
+            if TENSOR_COLLECTION.search(last) or last in info.tensor_lists:
+                out.update(target_names(gen.target))
+        return out
+
+    def kind(self, e: ast.expr, info: FunctionInfo, comp: ast.AST | None = None) -> str | None:
+        """'tensor', 'scalar' (a Python value) or None (unknown), inside comprehension `comp` if given."""
+        if comp is not None:
+            bound = self.comp_tensors(comp, info)
+            if isinstance(e, ast.Name) and e.id in bound:
+                return "tensor"
+            if bound and any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(e)):
+                k = self.kind(e, FunctionInfo(info.node, info.tensors | bound, info.scalars, info.tensor_lists))
+                if k is not None:
+                    return k
+        if isinstance(e, (ast.Constant, ast.JoinedStr)):
+            return "scalar"
+        if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
+            return None
+        if isinstance(e, ast.Name):
+            if e.id in info.scalars and e.id not in info.tensors or self._narrowed_away(e):
+                return "scalar"
+            return "tensor" if info.is_tensor_name(e.id) else None
+        if isinstance(e, ast.Attribute):
+            if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
+                return "scalar"
+            base = self.kind(e.value, info)
+            if base == "scalar":
+                return "scalar"  # an attribute of a Python value (args.lr, ckpt.step)
+            if e.attr in ("grad", "data", "weight", "bias"):
+                return "tensor"
+            return "tensor" if TENSOR_NAME.search(e.attr) else None
+        if isinstance(e, ast.Subscript):
+            base = self.kind(e.value, info)
+            return base if base in ("tensor", "scalar") else None
+        if isinstance(e, ast.BinOp):
+            kinds = {self.kind(e.left, info), self.kind(e.right, info)}
+            if "tensor" in kinds:
+                return "tensor"
+            if kinds == {"scalar"}:
+                return "scalar"
+            # Arithmetic on a Python value with names showing no sign of a tensor (`loss.item() * accum`,
+            # `ema * smooth + (1 - ema) * loss_f`) is a Python number; an unknown call may return a tensor.
+            if "scalar" in kinds and not any(isinstance(x, ast.Call) and self.kind(x, info) != "scalar"
+                                             for x in ast.walk(e)):  # fmt: skip
+                return "scalar"
+            return None
+        if isinstance(e, ast.UnaryOp):
+            return self.kind(e.operand, info)
+        if isinstance(e, ast.Compare):
+            if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops):
+                return "scalar"  # identity and membership tests never read values
+            kinds = {self.kind(x, info) for x in [e.left, *e.comparators]}
+            return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+        if isinstance(e, ast.BoolOp):
+            kinds = {self.kind(v, info) for v in e.values}
+            return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+        if isinstance(e, ast.IfExp):
+            kinds = {self.kind(e.body, info), self.kind(e.orelse, info)}
+            return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+        if isinstance(e, ast.Call):
+            return self._call_kind(e, info)
+        return None
+
+    def _call_kind(self, e: ast.Call, info: FunctionInfo) -> str | None:
+        name = self.call_name(e)  # type: ignore[attr-defined]
+        meth = method_name(e)
+        if meth in SCALAR_METHODS or name in SCALAR_FUNCS:
+            return "scalar"
+        if name.startswith("torch.load") or name.endswith(".load_state_dict"):
+            return "scalar"  # a checkpoint dict: what is read from it is treated as Python data
+        if name.startswith("torch.") and not NOT_TENSOR_TORCH.match(name):
+            return "tensor"
+        if meth in TENSOR_METHODS and isinstance(e.func, ast.Attribute):
+            recv = self.kind(e.func.value, info)
+            if recv in ("tensor", "scalar"):
+                return recv
+        if meth == "get" and isinstance(e.func, ast.Attribute) and self.kind(e.func.value, info) == "scalar":
+            return "scalar"
+        base = name.split(".")[-1] if name else ""
+        local = self.functions.get(base)  # type: ignore[attr-defined]
+        if local and (name == base or name.startswith("self.")):
+            k = self.return_kind(local[-1])
+            if k is not None:
+                return k
+        if base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper():
+            return "tensor"
+        if isinstance(e.func, ast.Name) and self._module_instance(e.func.id):
+            return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
+        return None
