@@ -126,8 +126,9 @@ class ModuleInfo(KindModel):
         self._find_hot()
         self.uses_cuda = bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
         # Code that never names a device runs on the CPU: its reads wait for nothing (sync rules skip it).
-        self.device_code = self.uses_cuda or bool(re.search(
-            r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
+        self.device_code = self.uses_cuda or bool(
+            re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source)
+        )
 
     # -- names ----------------------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class ModuleInfo(KindModel):
         `from tqdm import tqdm` or a logger import keep the spelling the rules match."""
         head, _, rest = name.partition(".")
         full = aliases.get(head)
-        if not full or not full.split(".")[0] in ("torch", "time", "numpy", "math"):
+        if not full or full.split(".")[0] not in ("torch", "time", "numpy", "math"):
             return name
         return f"{full}.{rest}" if rest else full
 

@@ -33,9 +33,11 @@ TENSOR_METHODS = {
     "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
 }  # fmt: skip
 READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Python
-SCALAR_FUNCS = {"float", "int", "bool", "len", "range", "str", "round", "enumerate", "zip", "isinstance", "repr",
-                "time.time", "time.perf_counter", "time.monotonic", "math.sqrt", "math.exp", "math.log", "math.cos",
-                "np.mean", "numpy.mean", "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple"}  # fmt: skip
+SCALAR_FUNCS = {
+    "float", "int", "bool", "len", "range", "str", "round", "enumerate", "zip", "isinstance", "repr", "time.time",
+    "time.perf_counter", "time.monotonic", "math.sqrt", "math.exp", "math.log", "math.cos", "np.mean", "numpy.mean",
+    "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple",
+}  # fmt: skip
 SCALAR_METHODS = READS | {"size", "dim", "numel", "__len__", "get_last_lr", "state_dict", "format", "join", "get_lr",
                           "element_size", "nelement", "keys", "items", "values", "copy", "parse_args"}  # fmt: skip
 NOT_TENSOR_TORCH = re.compile(
@@ -158,7 +160,7 @@ class KindModel:
         pairs = [(it, target)]
         if isinstance(it, ast.Call) and self.call_name(it) in ("zip", "enumerate") and isinstance(target, ast.Tuple):  # type: ignore[attr-defined]
             args = it.args if self.call_name(it) == "zip" else [None, *it.args]  # type: ignore[attr-defined]
-            pairs = list(zip(args, target.elts))
+            pairs = list(zip(args, target.elts, strict=False))
         for src, tgt in pairs:
             if src is None:
                 info.scalars.update(target_names(tgt))

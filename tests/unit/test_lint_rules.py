@@ -41,7 +41,8 @@ CASES = [
     ("HL001", in_loop("v = loss.item()  # sync: debug"), False),
     (
         "HL001",
-        "import torch\ndef run(loader, device):\n    for b in loader:\n        loss = train_step(b.to(device, non_blocking=True))\n"
+        "import torch\ndef run(loader, device):\n    for b in loader:\n"
+        "        loss = train_step(b.to(device, non_blocking=True))\n"
         "        print(loss.item())\n",
         True,
     ),
@@ -133,8 +134,11 @@ CASES = [
         True,
     ),
     # no workers: the main thread loads; pinning there adds a copy, and there is nothing to keep alive
-    ("HL011", "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nl = DataLoader(ds, batch_size=8)\n",
-     False),
+    (
+        "HL011",
+        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nl = DataLoader(ds, batch_size=8)\n",
+        False,
+    ),
     ("HL011", "from torch.utils.data import DataLoader\nl = DataLoader(ds, batch_size=8, num_workers=4)\n", True),
     (
         "HL011",

@@ -1,0 +1,384 @@
+"""The structural rules: how a training script is put together, beyond single expressions.
+
+HL011 (DataLoader options), HL014 (scheduler cadence), HL015 (DistributedSampler.set_epoch), HL016
+(accumulation without dividing the loss), HL017 (clipping before unscale_), HL018 (evaluation without
+no_grad/eval()), HL021 (torch.save in place). Mixed into `checks.Checker`, which owns `self.mi` and `add`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from hotloop.lint.analysis import (
+    MODEL_NAME,
+    ModuleInfo,
+    call_name,
+    dotted,
+    is_optimizer_step,
+    is_step_call,
+    method_name,
+    target_names,
+    walk_local,
+)
+
+PER_BATCH_SCHED = ("OneCycleLR", "CyclicLR")
+PER_EPOCH_SCHED = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau")
+
+
+def src(node: ast.AST, limit: int = 60) -> str:
+    """The offending expression as the user wrote it (shortened), for messages."""
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def kw(call: ast.Call, name: str) -> ast.keyword | None:
+    return next((k for k in call.keywords if k.arg == name), None)
+
+
+def is_false_node(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def assign_targets(n: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return n.targets if isinstance(n, ast.Assign) else [n.target]
+
+
+class StructureChecks:
+    mi: ModuleInfo
+
+    def add(self, code: str, node: ast.AST, message: str, edit: object = None) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def tensor(self, e: ast.expr) -> bool:  # pragma: no cover
+        raise NotImplementedError
+
+    def _replaced_atomically(self, c: ast.Call) -> bool:
+        fn = self.mi.enclosing_function(c)
+        target = ast.unparse(c.args[1]) if len(c.args) > 1 else ""
+        if re.search(r"tmp|temp|partial", target, re.I):
+            return True
+        return any(
+            isinstance(n, ast.Call) and call_name(n).split(".")[-1] in ("replace", "rename") and "os" in call_name(n)
+            for n in walk_local(fn)
+        )
+
+    def _fresh_path(self, c: ast.Call) -> bool:
+        """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
+        if len(c.args) < 2:
+            target = getattr(kw(c, "f"), "value", None)
+        else:
+            target = c.args[1]
+        if target is None:
+            return False
+        text = ast.unparse(target)
+        if re.search(r"BytesIO|buffer|buf\b|\bio\b", text):
+            return True
+        fn = self.mi.enclosing_function(c)
+        seen: set[str] = set()
+        todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]  # `path = f"ckpt_{epoch}.pt"`, two deep
+        for _ in range(2):
+            found = []
+            for name in set(todo) - seen:
+                seen.add(name)
+                values = [n.value for n in walk_local(fn) if isinstance(n, ast.Assign)
+                          and any(name in target_names(t) for t in n.targets)]  # fmt: skip
+                if len(values) == 1:
+                    text += " " + ast.unparse(values[0])
+                    found += [n.id for n in ast.walk(values[0]) if isinstance(n, ast.Name)]
+            todo = found
+        if re.search(r"BytesIO\(", text):
+            return True
+        formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
+        varying = re.compile(r"\b(epoch|ep|step|steps|global_step|iteration|iter|it|i|n_iter|batch_idx|e)\b", re.I)
+        return any(varying.search(" ".join(g)) for g in formatted)
+
+    def dataloader(self, c: ast.Call) -> None:
+        """Only loaders with worker processes: with `num_workers=0` the main thread loads and would pin
+        (one more copy on the critical path), and there are no workers to keep alive."""
+        kws = self._loader_kwargs(c)
+        if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
+            return  # **kwargs we cannot see into: the options may be in there
+        # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
+        workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
+        if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
+            return
+        pinned = "pin_memory" in kws or len(c.args) > 7
+        missing = []
+        if self.mi.uses_cuda and not pinned:
+            missing.append("`pin_memory=True` (CUDA code: copies from pageable memory are synchronous)")
+        if "persistent_workers" not in kws and self._reiterated(c):
+            missing.append("`persistent_workers=True` (workers are re-forked every epoch)")
+        if missing:
+            self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+
+    def _loader_kwargs(self, c: ast.Call) -> dict[str, ast.expr] | None:
+        """The call's keywords, with `**kwargs` expanded when kwargs is a dict literal of the same function
+        (`kwargs = {'num_workers': 1, 'pin_memory': True} if cuda else {}`: the union of the branches)."""
+        out = {k.arg: k.value for k in c.keywords if k.arg}
+        for k in c.keywords:
+            if k.arg is not None:
+                continue
+            if not isinstance(k.value, ast.Name):
+                return None
+            fn = self.mi.enclosing_function(c)
+            nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
+            values = [n.value for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
+                      and any(k.value.id in target_names(t) for t in assign_targets(n))]  # fmt: skip
+            for n in nodes:  # `kwargs.update(cuda_kwargs)`
+                if isinstance(n, ast.Call) and method_name(n) == "update" and dotted(n.func.value) == k.value.id:  # type: ignore[attr-defined]
+                    for a in n.args:
+                        values += [a] if isinstance(a, ast.Dict) else [
+                            m.value for m in nodes if isinstance(m, ast.Assign) and isinstance(a, ast.Name)
+                            and any(a.id in target_names(t) for t in m.targets)]  # fmt: skip
+            dicts = [d for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            if not dicts or not all(isinstance(d, ast.Dict) for d in dicts):
+                return None
+            for d in dicts:
+                for key, val in zip(d.keys, d.values, strict=True):  # type: ignore[attr-defined]
+                    if not isinstance(key, ast.Constant):
+                        return None
+                    out.setdefault(key.value, val)
+        return out
+
+    def _reiterated(self, c: ast.Call) -> bool:
+        """The loader is iterated more than once in its lifetime: used inside a loop (an epoch loop around
+        it), or handed to code that loops epochs. A loader built inside a loop, or iterated once (a test
+        set read at the end, an evaluation loader rebuilt per call), never re-forks."""
+        if self.mi.enclosing_loop(c) is not None:
+            return False  # built per epoch: persistent workers would not survive the loader anyway
+        assign = self.mi.parent.get(c)
+        names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
+        if not names or any(n.startswith(("self.", "cls.")) for n in names):
+            return True  # passed straight on or kept on an object: assume several epochs
+        scope, used = self.mi.enclosing_function(c), False
+        for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
+            if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)):
+                continue
+            used = True
+            if self.mi.enclosing_function(u) is not scope:
+                return True  # a global loader read by a function (an epoch function, called again and again)
+            outer = self.mi.parent.get(u)
+            while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
+                outer = self.mi.parent.get(outer)
+            if isinstance(outer, (ast.For, ast.AsyncFor)) and outer.iter is not None and u in ast.walk(outer.iter):
+                if self.mi.enclosing_loop(outer) is not None:
+                    return True
+                continue
+            if self.mi.enclosing_loop(u) is not None:
+                return True  # used every epoch (`train(model, loader)` inside `for epoch ...`)
+            call = self.mi.parent.get(u)
+            if isinstance(call, ast.Call) and u in call.args and not self.mi.targets_of(call):
+                if self.mi.call_name(call) not in ("len", "print", "iter", "next"):
+                    return True  # an unknown consumer (a trainer's fit) may run epochs
+        return not used  # never read here: exported to code we cannot see
+
+    def evaluation(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """An evaluation loop (a `val*`/`eval*`/`test*` function, or any function run with `train=False`)
+        that misses no_grad or model.eval(), unless every same-file caller provides it."""
+        flag = next((a.arg for a in fn.args.args if a.arg in ("train", "training", "is_train", "is_training")),
+                    None)  # fmt: skip
+        if not re.match(r"^(val|eval|test)", fn.name, re.I) and flag is None:
+            return
+        loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
+
+        def runs_model(node: ast.AST, depth: int = 0) -> bool:
+            return any(isinstance(n, ast.Call) and (MODEL_NAME.search(call_name(n).split(".")[-1] or "-")
+                       or depth < 2 and any(runs_model(f, depth + 1) for f in self.mi.targets_of(n) if f is not fn))
+                       for n in walk_local(node))  # fmt: skip
+
+        calls_model = any(runs_model(loop) for loop in loops)
+        if not loops or not calls_model:
+            return
+        calls = self.mi.calls_to.get(fn.name, [])
+        if flag is not None:  # a shared train/eval loop: only its train=False calls evaluate
+            idx = [a.arg for a in fn.args.args].index(flag) - (1 if fn.args.args[0].arg in ("self", "cls") else 0)
+            calls = [c for c in calls if is_false_node(getattr(kw(c, flag), "value", None))
+                     or len(c.args) > idx >= 0 and is_false_node(c.args[idx])]  # fmt: skip
+            if not calls:
+                return
+        elif any(is_step_call(n) for n in walk_local(fn)):
+            return
+        src = ast.unparse(fn)
+        if not re.search(r"no_grad|inference_mode|set_grad_enabled", src) and not (
+            calls and all(self._caller_has(c, "grad") for c in calls)
+        ):
+            self.add("HL018", fn, f"`{fn.name}` runs the model without `torch.no_grad()`: activations are kept")
+        if not re.search(r"\.eval\(\)|\.train\(False\)|\.train\(mode=False\)", src) and not (
+            calls and all(self._caller_has(c, "eval") for c in calls)
+        ):
+            what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}`"
+            self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
+
+    def _caller_has(self, call: ast.Call, what: str) -> bool:
+        """The caller switched to eval mode before the call, or runs it under no_grad."""
+        caller = self.mi.enclosing_function(call)
+        if what == "eval":
+            return any(isinstance(n, ast.Call) and (method_name(n) == "eval" or method_name(n) == "train"
+                                                    and n.args and is_false_node(n.args[0]))
+                       and n.lineno <= call.lineno for n in walk_local(caller))  # fmt: skip
+        if isinstance(caller, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in caller.decorator_list
+        ):
+            return True
+        n = self.mi.parent.get(call)
+        while n is not None and n is not caller:
+            if isinstance(n, ast.With) and any(re.search(r"no_grad|inference_mode", ast.unparse(i.context_expr))
+                                               for i in n.items):  # fmt: skip
+                return True
+            n = self.mi.parent.get(n)
+        return False
+
+    def clip_order(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """Branch-aware: a clip in the `else:` of `if use_amp: scaler.scale(loss).backward()` never saw the
+        scaler; the state that reaches a clip is the last scale/unscale on a path that can lead to it."""
+        events = []
+        for n in walk_local(fn):
+            if isinstance(n, ast.Call):
+                meth = method_name(n)
+                if meth == "backward" and isinstance(n.func.value, ast.Call) and method_name(n.func.value) == "scale":  # type: ignore[attr-defined]
+                    events.append((n.lineno, n.col_offset, "scaled", n))
+                elif meth == "unscale_":
+                    events.append((n.lineno, n.col_offset, "unscale", n))
+                elif self.mi.call_name(n).split(".")[-1] in ("clip_grad_norm_", "clip_grad_value_"):
+                    events.append((n.lineno, n.col_offset, "clip", n))
+        events.sort(key=lambda e: (e[0], e[1]))
+        for i, ev in enumerate(events):
+            if ev[2] != "clip":
+                continue
+            state = next((p[2] for p in reversed(events[:i]) if p[2] != "clip" and not self._exclusive(p[3], ev[3])),
+                         None)  # fmt: skip
+            if state == "scaled":
+                self.add("HL017", ev[3], f"`{src(ev[3])}` clips scaled gradients: call `scaler.unscale_(optimizer)` "
+                                         "first")  # fmt: skip
+
+    def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """a and b sit in different branches of one `if`: no single pass runs both."""
+
+        def branches(n: ast.AST) -> dict[ast.AST, str]:
+            out, child, p = {}, n, self.mi.parent.get(n)
+            while p is not None:
+                if isinstance(p, ast.If):
+                    out[p] = "body" if child in p.body else ("orelse" if child in p.orelse else "test")
+                child, p = p, self.mi.parent.get(p)
+            return out
+
+        ba, bb = branches(a), branches(b)
+        return any(k in bb and {ba[k], bb[k]} == {"body", "orelse"} for k in ba)
+
+    def accumulation(self, loop: ast.AST) -> None:
+        """Several backward passes per optimizer step: an update gate (`if (i + 1) % accum == 0:`, or a flag
+        computed with `%`) around the step, backward under `no_sync`/`no_backward_sync`, or a micro-step
+        `for _ in range(n)` loop whose optimizer step is outside it. Accelerate's `accumulate` context
+        divides inside `accelerator.backward`, so it is never reported."""
+        fn = self.mi.enclosing_function(loop)
+        body = list(walk_local(fn))
+        if any(isinstance(n, ast.Call) and method_name(n) == "accumulate" for n in body):
+            return
+        mod_names = {name for n in body if isinstance(n, ast.Assign)
+                     and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(n.value))
+                     for t in n.targets for name in target_names(t)}  # fmt: skip
+        accumulating = False
+        for n in walk_local(loop):
+            if isinstance(n, ast.If) and any(is_optimizer_step(x) for s in n.body + n.orelse for x in ast.walk(s)):
+                test = n.test
+                if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(test)) or any(
+                    isinstance(x, ast.Name) and (x.id in mod_names or re.search("accum", x.id, re.I))
+                    for x in ast.walk(test)
+                ):  # fmt: skip
+                    accumulating = True
+            elif isinstance(n, ast.With) and any(re.search(r"no_sync|no_backward_sync", ast.unparse(i.context_expr))
+                                                 for i in n.items):  # fmt: skip
+                accumulating = True
+        if (not accumulating and isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                and call_name(loop.iter) == "range"
+                and not any(is_optimizer_step(x) for x in walk_local(loop))):  # fmt: skip
+            outer = self.mi.parent.get(loop)
+            while outer is not None and outer is not fn:
+                if isinstance(outer, (ast.For, ast.While)) and any(is_optimizer_step(x) for x in walk_local(outer)):
+                    accumulating = True
+                    break
+                outer = self.mi.parent.get(outer)
+        if not accumulating:
+            return
+        for n in walk_local(loop):
+            if isinstance(n, ast.Call) and method_name(n) == "backward" and not self.mi._gated(n, loop):
+                target = n.func.value  # type: ignore[attr-defined]
+                if n.args and not self.tensor(target):
+                    target = n.args[0]  # accelerator.backward(loss), fabric.backward(loss)
+                if isinstance(target, ast.Call) and method_name(target) == "scale" and target.args:
+                    target = target.args[0]
+                if not self._divided(target, fn):
+                    self.add("HL016", n, f"`{src(target)}` is accumulated without dividing by the accumulation steps")
+
+    def _divided(self, e: ast.expr, fn: ast.AST, depth: int = 0) -> bool:
+        """Divided (or scaled) where it is made: inline, by an assignment in the function, or in the return
+        of the same-file function that computes it."""
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Div, ast.Mult)):
+            return True
+        if isinstance(e, ast.IfExp):  # `loss / n if n > 1 else loss`
+            return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
+        if isinstance(e, ast.Call):
+            return any(isinstance(r, ast.Return) and r.value is not None and self._divided(r.value, f)
+                       for f in self.mi.targets_of(e) for r in walk_local(f))  # fmt: skip
+        if isinstance(e, (ast.Name, ast.Attribute)):
+            key = dotted(e)
+            for n in walk_local(fn):
+                if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    if any(dotted(t) == key or key in target_names(t) for t in targets):
+                        if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)):
+                            return True
+                        value = n.value.operand if isinstance(n.value, ast.UnaryOp) else n.value
+                        if not isinstance(n, ast.AugAssign) and (
+                            any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) for b in ast.walk(value))
+                            or isinstance(value, ast.Call) and self._divided(value, fn, depth)
+                            or isinstance(value, (ast.Name, ast.Attribute)) and dotted(value) != key and depth < 3
+                            and self._divided(value, fn, depth + 1)  # `loss = -pg_obj` after `pg_obj /= n`
+                        ):  # fmt: skip
+                            return True
+        return False
+
+    def schedulers(self) -> None:
+        kinds: dict[str, str] = {}
+        for n in self.mi.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                base = call_name(n.value).split(".")[-1]
+                kind = None
+                if base in PER_BATCH_SCHED or base == "LambdaLR" and "warmup" in ast.unparse(n.value).lower():
+                    kind = "batch"
+                elif base in PER_EPOCH_SCHED:
+                    t_max = kw(n.value, "T_max") or (n.value.args[1] if len(n.value.args) > 1 else None)
+                    src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
+                    per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
+                    kind = None if per_step else "epoch"
+                if kind:
+                    for t in n.targets:
+                        if dotted(t):
+                            kinds[dotted(t)] = kind
+        for n in self.mi.nodes:
+            if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
+                kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
+                hot = self.mi.in_hot(n)
+                if kind == "batch" and not hot and self.mi.in_training_loop(n):
+                    self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
+                elif kind == "epoch" and hot:
+                    self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
+
+    def samplers(self) -> None:
+        if "set_epoch(" in self.mi.source:
+            return
+        for n in self.mi.nodes:
+            if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == "DistributedSampler":
+                shuffle = kw(n, "shuffle")
+                if shuffle is not None and isinstance(shuffle.value, ast.Constant) and not shuffle.value.value:
+                    continue  # an evaluation sampler: no order to vary
+                parent = self.mi.parent.get(n)
+                where = (
+                    " ".join(dotted(t) for t in getattr(parent, "targets", []))
+                    + " "
+                    + " ".join(k.arg or "" for k in getattr(parent, "keywords", []) if k.value is n)
+                )
+                if re.search(r"val|test|eval", where, re.I):
+                    continue
+                self.add("HL015", n, f"`{src(n)}` without `set_epoch(epoch)`: every epoch repeats the order")
