@@ -219,8 +219,11 @@ def _lint(args: argparse.Namespace) -> int:
             return [c.strip().upper() for c in value.split(",") if c.strip()]
         return [str(c).upper() for c in settings.get(key, [])] or None
 
+    fixes: dict = {}
     findings = lint_paths(paths, select=codes(args.select, "select"), ignore=codes(args.ignore, "ignore"),
-                          exclude=list(settings.get("exclude", [])), fix=args.fix)  # fmt: skip
+                          exclude=list(settings.get("exclude", [])), fix=args.fix, fixes=fixes)  # fmt: skip
+    if args.fix:  # on stderr, so --format json/sarif on stdout stays machine-readable
+        print(fmt.fix_summary(fixes), file=sys.stderr)
     print({"text": fmt.text, "json": fmt.as_json, "sarif": fmt.sarif}[args.format](findings))
     return 1 if findings else 0
 
@@ -264,12 +267,23 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--trace", help="write a Chrome trace (torch.profiler) of optimizer steps 2-4 to FILE")
     doc.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS...]")
     doc.set_defaults(func=_doctor)
-    lint = sub.add_parser("lint", help="find training-loop anti-patterns in Python files (rules HL001...)")
+    lint = sub.add_parser(
+        "lint", help="find training-loop anti-patterns in Python files (rules HL001...)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="suppressing findings:\n"
+        "  # noqa: HL001        on a line: skip that rule there (a bare `# noqa` skips every rule)\n"
+        "  # sync: <why>        on a line: an intended host read (a value the host must have, e.g. a\n"
+        "                       data-dependent stop); silences the sync rules HL001/2/5/6/7/22/23 there\n"
+        "  [tool.hotloop.lint]  in pyproject.toml: select = [...], ignore = [...], exclude = [...]\n"
+        "exit status: 0 clean, 1 findings, 2 usage error",
+    )  # fmt: skip
     lint.add_argument("paths", nargs="*", metavar="PATH", help="files or directories (default: .)")
     lint.add_argument("--format", choices=["text", "json", "sarif"], default="text")
     lint.add_argument("--select", help="comma-separated codes or prefixes to check (e.g. HL001,HL01)")
     lint.add_argument("--ignore", help="comma-separated codes or prefixes to skip")
-    lint.add_argument("--fix", action="store_true", help="apply the safe mechanical fixes (HL003, HL012, HL013)")
+    lint.add_argument("--fix", action="store_true",
+                      help="apply the safe mechanical fixes (HL003, HL012, HL013; see --explain) and print, on "
+                      "stderr, each change and each fixable finding left alone with the reason")  # fmt: skip
     lint.add_argument("--explain", metavar="CODE", help="explain a rule: why, a bad and a good example, the fix")
     lint.set_defaults(func=_lint)
     rep = sub.add_parser("report", help="write a self-contained HTML report of one or more runs (curves overlaid)")

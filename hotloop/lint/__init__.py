@@ -16,7 +16,7 @@ import ast
 import fnmatch
 import re
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from hotloop.lint.analysis import ModuleInfo
 from hotloop.lint.checks import Edit, check
 from hotloop.lint.rules import RULES, explain
 
-__all__ = ["Finding", "RULES", "explain", "fix_source", "lint_paths", "lint_source", "load_settings"]
+__all__ = ["Finding", "FixReport", "RULES", "explain", "fix_report", "fix_source", "lint_paths", "lint_source",
+           "load_settings"]  # fmt: skip
 
 NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.I)
 DEFAULT_EXCLUDE = [".git", ".venv", "venv", "site-packages", "__pycache__", "build", "dist", ".tox", "node_modules",
@@ -92,23 +93,42 @@ def lint_source(
     return sorted(out, key=lambda f: (f.line, f.col, f.code))
 
 
+@dataclass
+class FixReport:
+    """What `--fix` did to one file: each change, and each fixable finding it left alone with the reason."""
+
+    changed: list[tuple[int, str, str]] = field(default_factory=list)  # (line, code, what)
+    skipped: list[tuple[int, str, str]] = field(default_factory=list)  # (line, code, why)
+
+
 def fix_source(source: str, select: list[str] | None = None, ignore: list[str] | None = None) -> tuple[str, int]:
     """Apply the mechanical fixes; returns the new source and how many were applied."""
+    new, report = fix_report(source, select, ignore)
+    return new, len(report.changed)
+
+
+def fix_report(source: str, select: list[str] | None = None, ignore: list[str] | None = None) -> tuple[str, FixReport]:
+    report = FixReport()
     mi, err = _analyse(source, "<fix>")
     if mi is None:
-        return source, 0
+        return source, report
     lines = source.splitlines(keepends=True)
-    edits: list[Edit] = []
+    edits: list[tuple[Edit, str]] = []
     for hit in check(mi):
-        if hit.edit is None or not _selected(hit.code, select, ignore):
+        if not RULES[hit.code].fixable or not _selected(hit.code, select, ignore):
             continue
-        if _suppressed(lines[hit.node.lineno - 1], hit.code):
-            continue
-        edits.append(hit.edit)
+        line = hit.node.lineno
+        if _suppressed(lines[line - 1], hit.code):
+            report.skipped.append((line, hit.code, "suppressed with # noqa"))
+        elif hit.edit is None:
+            report.skipped.append((line, hit.code, hit.no_fix or "no mechanical fix for this form"))
+        else:
+            edits.append((hit.edit, hit.code))
     # Apply from the end so earlier offsets stay valid; skip overlapping edits (the next run gets them).
-    applied, last_start = 0, (float("inf"), float("inf"))
-    for e in sorted(edits, key=lambda e: (e.line, e.col), reverse=True):
+    last_start = (float("inf"), float("inf"))
+    for e, code in sorted(edits, key=lambda x: (x[0].line, x[0].col), reverse=True):
         if (e.end_line, e.end_col) > last_start:
+            report.skipped.append((e.line, code, "overlaps another fix on this line: run --fix again"))
             continue
         start = _offset(lines, e.line, e.col)
         end = _offset(lines, e.end_line, e.end_col)
@@ -116,8 +136,10 @@ def fix_source(source: str, select: list[str] | None = None, ignore: list[str] |
         text = text[:start] + e.text + text[end:]
         lines = text.splitlines(keepends=True)
         last_start = (e.line, e.col)
-        applied += 1
-    return "".join(lines), applied
+        report.changed.append((e.line, code, e.what))
+    report.changed.reverse()
+    report.skipped.sort()
+    return "".join(lines), report
 
 
 def _offset(lines: list[str], line: int, col: int) -> int:
@@ -161,8 +183,10 @@ def iter_files(paths: list[str], exclude: list[str]) -> list[Path]:
 
 def lint_paths(
     paths: list[str], select: list[str] | None = None, ignore: list[str] | None = None,
-    exclude: list[str] | None = None, fix: bool = False,
+    exclude: list[str] | None = None, fix: bool = False, fixes: dict[str, FixReport] | None = None,
 ) -> list[Finding]:  # fmt: skip
+    """Lint files and directories; with `fix`, apply the mechanical fixes first and record, per file, what
+    changed and what was left alone in `fixes`."""
     findings: list[Finding] = []
     for f in iter_files(paths, DEFAULT_EXCLUDE + list(exclude or [])):
         try:
@@ -171,9 +195,11 @@ def lint_paths(
             findings.append(Finding(str(f), 1, 1, "HL000", f"cannot read: {e}", "error"))
             continue
         if fix:
-            new, n = fix_source(source, select, ignore)
-            if n:
+            new, report = fix_report(source, select, ignore)
+            if report.changed:
                 f.write_text(new, encoding="utf-8")
                 source = new
+            if fixes is not None and (report.changed or report.skipped):
+                fixes[str(f)] = report
         findings += lint_source(source, str(f), select, ignore)
     return findings

@@ -19,11 +19,11 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
+from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 
-SYNC_RULES = {"HL001", "HL002", "HL005", "HL006", "HL007", "HL022", "HL023"}
 LOG_FUNCS = re.compile(r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error))$")
 
 
@@ -34,6 +34,7 @@ class Edit:
     end_line: int
     end_col: int
     text: str
+    what: str = ""  # what `--fix` prints: "`torch.tensor([a, b])` -> `torch.stack([a, b])`"
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Hit:
     node: ast.AST
     message: str
     edit: Edit | None = None
+    no_fix: str = ""  # for a fixable rule, why this instance is left to the user
 
 
 def _span(node: ast.AST, text: str) -> Edit:
@@ -86,8 +88,10 @@ class Checker(StructureChecks):
         return [h for h in self.hits if not (h.code in SYNC_RULES and (self.mi.has_sync_marker(h.node.lineno)
                                                                        or not self.mi.device_code))]  # fmt: skip
 
-    def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None) -> None:
-        self.hits.append(Hit(code, node, message, edit))
+    def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
+        if edit is not None and not edit.what:
+            edit.what = f"`{_src(node)}`: {edit.text.strip(', ')!r} written"
+        self.hits.append(Hit(code, node, message, edit, no_fix))
 
     def kind(self, e: ast.expr) -> str | None:
         return self.mi.kind(e, self.mi.function_info(e))
@@ -161,14 +165,20 @@ class Checker(StructureChecks):
                 if isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)) and self.tensor(arg):
                     self.add("HL019", c, "appending a tensor without `.detach()` keeps its autograd graph alive")
         if name in ("torch.tensor", "torch.as_tensor") and c.args and self.tensorish_iterable(c.args[0]):
-            edit = None
+            edit, no_fix = None, ""
             if name == "torch.tensor" and not c.keywords and len(c.args) == 1:
                 arg = c.args[0]
                 inner = ast.unparse(arg)
                 if isinstance(arg, ast.GeneratorExp):
                     inner = f"[{inner[1:-1] if inner.startswith('(') else inner}]"
                 edit = _span(c, f"torch.stack({inner})")
-            self.add("HL003", c, f"`{name}` over tensors reads each on the host; use `torch.stack`", edit)
+                edit.what = f"`{_src(c)}` -> `torch.stack({_src(arg, 40)})`"
+            elif name == "torch.as_tensor":
+                no_fix = "torch.as_tensor may share memory with its input; torch.stack always copies"
+            else:
+                no_fix = "dtype=/device= keywords: torch.stack keeps the elements' dtype and device, so a rewrite " \
+                         "could change the result; add `.to(...)` by hand"  # fmt: skip
+            self.add("HL003", c, f"`{_src(c)}` reads each tensor on the host; use `torch.stack`", edit, no_fix)
         if name in ("max", "min", "sum", "sorted"):
             if (len(c.args) == 1 and self.tensorish_iterable(c.args[0])) or (
                 len(c.args) > 1 and all(self.tensor(a) for a in c.args)
@@ -182,8 +192,12 @@ class Checker(StructureChecks):
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")
             if kw is not None and isinstance(kw.value, ast.Constant) and kw.value.value is False:
-                self.add("HL013", c, "`set_to_none=False` writes zeros into every gradient",
-                         self._drop_kw(c, "set_to_none"))  # fmt: skip
+                edit = self._drop_kw(c, "set_to_none")
+                if edit is not None:
+                    edit.what = f"`{_src(c)}` -> `{_src(c.func)}()`"
+                self.add("HL013", c, f"`{_src(c)}` writes zeros into every gradient", edit,
+                         "" if edit else "zero_grad has other arguments or spans lines: drop `set_to_none=False` by "
+                         "hand")  # fmt: skip
 
     def transfer(self, c: ast.Call) -> None:
         recv = c.func.value  # type: ignore[attr-defined]
@@ -209,11 +223,15 @@ class Checker(StructureChecks):
             return
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)
-        edit = None
+        edit, no_fix = None, ""
         if text is not None and text.endswith(")") and c.lineno == c.end_lineno:
             sep = ", " if (c.args or c.keywords) else ""
             edit = Edit(c.end_lineno, end - 1, c.end_lineno, end - 1, f"{sep}non_blocking=True")
-        self.add("HL012", c, "host-to-device copy without `non_blocking=True` blocks the host", edit)
+            edit.what = f"`{_src(c)}`: `non_blocking=True` added"
+        else:
+            no_fix = "the call spans several lines (or its source could not be located)"
+        self.add("HL012", c, f"`{_src(c)}` copies to the device without `non_blocking=True`: the host blocks", edit,
+                 no_fix)  # fmt: skip
 
     def _deliberate(self, c: ast.Call) -> bool:
         """A timing barrier (a clock read within two lines) or behind a flag/gate: chosen, not an accident."""
@@ -297,7 +315,9 @@ class Checker(StructureChecks):
             or (isinstance(idx, ast.Name) and idx.id in self._mask_names(node))
         ):
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
-        elif self._constant_list(idx) and self.tensor(node.value):
+        elif any(self._constant_list(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])) and self.tensor(
+            node.value
+        ):
             self.add("HL024", node, f"`{_src(node)}`: indexing with a Python list copies it to the device every step")
 
     def _constant_list(self, e: ast.expr) -> bool:

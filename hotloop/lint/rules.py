@@ -17,6 +17,7 @@ class Rule:
     good: str
     severity: str = "warning"
     fixable: bool = False
+    fix: str = ""  # exactly what `--fix` rewrites, and what it leaves alone
 
 
 _R = [
@@ -49,6 +50,9 @@ _R = [
         "torch.tensor([a, b, c])",
         "torch.stack([a, b, c])",
         fixable=True,
+        fix="`--fix` rewrites `torch.tensor(<list or generator of tensors>)` with no other argument to "
+        "`torch.stack([...])`. It leaves `torch.tensor(..., dtype=/device=)` (stack keeps the elements' dtype and "
+        "device, so the result could differ) and `torch.as_tensor` (it may share memory) to you.",
     ),
     Rule(
         "HL004",
@@ -113,6 +117,9 @@ _R = [
         "x = x.to(device)",
         "x = x.to(device, non_blocking=True)",
         fixable=True,
+        fix="`--fix` adds `non_blocking=True` to a `.to(...)`/`.cuda()` call written on one line; a call spanning "
+        "lines is left to you. The copy overlaps compute only from pinned memory: give the DataLoader "
+        "`pin_memory=True` too.",
     ),
     Rule(
         "HL013",
@@ -121,6 +128,8 @@ _R = [
         "opt.zero_grad(set_to_none=False)",
         "opt.zero_grad()",
         fixable=True,
+        fix="`--fix` drops `set_to_none=False` when it is the call's only argument and the call is on one line "
+        "(`opt.zero_grad(set_to_none=False)` -> `opt.zero_grad()`); other forms are left to you.",
     ),
     Rule(
         "HL014",
@@ -210,6 +219,7 @@ _R = [
 ]
 
 RULES: dict[str, Rule] = {r.code: r for r in _R}
+SYNC_CODES = {"HL001", "HL002", "HL005", "HL006", "HL007", "HL022", "HL023"}  # silenced by `# sync: <why>`
 
 
 def explain(code: str) -> str:
@@ -217,6 +227,7 @@ def explain(code: str) -> str:
     return (
         f"{r.code}: {r.summary}\n\nWhy: {r.why}\n\nBad:\n    {r.bad.replace(chr(10), chr(10) + '    ')}\n\n"
         f"Good:\n    {r.good.replace(chr(10), chr(10) + '    ')}\n\n"
-        f"Fix: {'`hotloop lint --fix` rewrites it.' if r.fixable else 'by hand, as in Good.'}\n"
-        f"Suppress one line with `# noqa: {r.code}`."
+        f"Fix: {r.fix if r.fixable else 'by hand, as in Good (`hotloop lint --fix` does not change it).'}\n"
+        f"Suppress one line with `# noqa: {r.code}`"
+        + (" or mark an intended host read with `# sync: <why>`." if r.code in SYNC_CODES else ".")
     )

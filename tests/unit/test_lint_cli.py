@@ -34,10 +34,42 @@ def test_text_output_and_exit_codes(tmp_path, capsys):
     f.write_text(BAD)
     code, out = run(capsys, str(f))
     assert code == 1
-    assert f"{f}:4:13: HL012 " in out and f"{f}:9:15: HL001 " in out and out.strip().endswith("errors.")
+    assert f"{f}:4:13: HL012 " in out and f"{f}:9:15: HL001 " in out
+    n = len(lint_source(BAD))
+    assert out.strip().endswith(f"Found {n} warnings."), out  # the severity JSON and SARIF carry (warning)
     (tmp_path / "clean.py").write_text("import torch\nx = torch.zeros(3)\n")
     code, out = run(capsys, str(tmp_path / "clean.py"))
     assert code == 0 and "All checks passed" in out
+
+
+def test_text_json_and_sarif_agree_on_severity(tmp_path, capsys):
+    f = tmp_path / "train.py"
+    f.write_text(BAD)
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    _, text = run(capsys, str(tmp_path))
+    _, js = run(capsys, "--format", "json", str(tmp_path))
+    _, sf = run(capsys, "--format", "sarif", str(tmp_path))
+    rows = json.loads(js)
+    errors = sum(r["severity"] == "error" for r in rows)
+    warnings = len(rows) - errors
+    assert errors == 1 and warnings > 1
+    assert text.strip().endswith(f"Found 1 error and {warnings} warnings.")
+    levels = [r["level"] for r in json.loads(sf)["runs"][0]["results"]]
+    assert levels.count("error") == errors and levels.count("warning") == warnings
+
+
+def test_messages_name_the_offending_expression():
+    by_code = {f.code: f.message for f in lint_source(BAD)}
+    assert "`loss.item()`" in by_code["HL001"]
+    hl002 = [f.message for f in lint_source(BAD.replace("print(loss.item())", "print(out)\n        out = loss * 2"))
+             if f.code == "HL002"]  # fmt: skip
+    assert hl002 and "`out`" in hl002[0]
+    assert "`x.to(device)`" in by_code["HL012"]
+    assert "`torch.tensor([loss, loss])`" in by_code["HL003"]
+    src = "import torch\nfrom torch.utils.data import DataLoader\nx = torch.zeros(1).cuda()\n" \
+          "dl = DataLoader(ds, num_workers=4)\n"
+    (msg,) = [f.message for f in lint_source(src) if f.code == "HL011"]
+    assert "pin_memory=True" in msg and "persistent_workers=True" in msg  # both missing options named
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
@@ -81,6 +113,36 @@ def test_pyproject_settings(tmp_path, capsys):
 def test_explain(capsys):
     code, out = run(capsys, "--explain", "HL001")
     assert code == 0 and "Why:" in out and "Bad:" in out and "Good:" in out and "noqa: HL001" in out
+    assert "# sync: <why>" in out and "does not change it" in out
+
+
+def test_explain_says_what_fix_does_and_leaves(capsys):
+    _, out = run(capsys, "--explain", "HL003")
+    assert "dtype=/device=" in out and "torch.as_tensor" in out
+    kept = "import torch\ndef f(a: torch.Tensor, b: torch.Tensor):\n    return torch.tensor([a, b], device='cuda')\n"
+    assert fix_source(kept) == (kept, 0)  # what --explain says is left alone, is
+    assert any(f.code == "HL003" for f in lint_source(kept))
+
+
+def test_fix_prints_what_it_changed_and_skipped(tmp_path, capsys):
+    f = tmp_path / "train.py"
+    extra = "        y = y.to(\n            device)\n        z = torch.tensor([loss, loss], dtype=torch.float32)\n"
+    f.write_text(BAD + extra)
+    code = main(["lint", "--fix", str(f)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"fixed   {f}:4: HL012 `x.to(device)`: `non_blocking=True` added" in err
+    assert f"fixed   {f}:8: HL013" in err and f"fixed   {f}:10: HL003" in err
+    assert f"skipped {f}:11: HL012 the call spans several lines" in err
+    assert f"skipped {f}:13: HL003 dtype=/device= keywords" in err
+    assert err.strip().endswith("--fix: 3 changes in 1 file, 2 fixable findings left to you.")
+
+
+def test_help_documents_the_sync_marker(capsys):
+    with pytest.raises(SystemExit):
+        main(["lint", "--help"])
+    out = capsys.readouterr().out
+    assert "# sync: <why>" in out and "# noqa: HL001" in out
 
 
 def test_unparsable_file_is_reported_and_the_run_continues(tmp_path):
