@@ -323,6 +323,9 @@ class ModuleInfo(KindModel):
                 if isinstance(n, (ast.For, ast.AsyncFor)) and self._in_iter(node, n):
                     return False
                 return not self._gated(node, n)
+            if isinstance(n, ast.Lambda) and isinstance(self.parent.get(n), ast.Call):
+                n = self.parent.get(n)  # a lambda handed to a call runs inside that call, here
+                continue
             if isinstance(n, (*FUNCS, ast.Lambda)) and n not in self.hot_functions:
                 return False
             n = self.parent.get(n)

@@ -77,6 +77,8 @@ class Checker(StructureChecks):
                         self.clip_order(node)
             elif isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:
                 self.accumulation(node)
+            elif isinstance(node, ast.For) and node not in self.mi.train_loops:
+                self.inline_evaluation(node)
             elif isinstance(node, ast.With) and "inference_mode" in src:
                 self.inference_mode(node)
             elif isinstance(node, ast.JoinedStr):
@@ -219,7 +221,7 @@ class Checker(StructureChecks):
         nb = _kw(c, "non_blocking")
         if nb is not None and not (isinstance(nb.value, ast.Constant) and not nb.value.value):
             return
-        if not self.tensor(recv) or self._cpu_branch(c):
+        if self._cpu_branch(c) or not (self.tensor(recv) or self.kind(recv) is None and self._device_target(c)):
             return
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)
@@ -246,6 +248,14 @@ class Checker(StructureChecks):
                 break
             child, n = n, self.mi.parent.get(n)
         return False
+
+    def _device_target(self, c: ast.Call) -> bool:
+        """`.to(device)`, `.to(args.device)`, `.to(f"cuda:{rank}")`, `.cuda()`: a move to the accelerator, so the
+        receiver (not a model: those are excluded by name) is data."""
+        if c.func.attr == "cuda":  # type: ignore[attr-defined]
+            return True
+        target = c.args[0] if c.args else getattr(_kw(c, "device"), "value", None)
+        return target is not None and bool(re.search(r"device|cuda|rank", ast.unparse(target), re.I))
 
     def _cpu_branch(self, node: ast.AST) -> bool:
         """Under `if device_type == 'cuda': ... else:` (or `if device == 'cpu':`): not the CUDA path."""
@@ -315,10 +325,39 @@ class Checker(StructureChecks):
             or (isinstance(idx, ast.Name) and idx.id in self._mask_names(node))
         ):
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
-        elif any(self._constant_list(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])) and self.tensor(
-            node.value
-        ):
+            return
+        parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
+        if any(self._constant_list(i) for i in parts) and self.tensor(node.value):
             self.add("HL024", node, f"`{_src(node)}`: indexing with a Python list copies it to the device every step")
+        elif (
+            any(self._sampled_list(i) for i in parts)
+            and self.kind(node.value) != "scalar"
+            and self.mi.device_code
+            and not (
+                isinstance(self.mi.parent.get(node), ast.Attribute) and self.mi.parent[node].attr in ("to", "cuda")
+            )
+        ):  # host data, moved after: HL012's business
+            self.add(
+                "HL024",
+                node,
+                f"`{_src(node)}`: a Python list of indices from a BatchSampler is copied to the "
+                "device for every minibatch; index with a device tensor (torch.randperm(n, device=...) sliced)",
+            )
+
+    def _sampled_list(self, e: ast.expr) -> bool:
+        """A loop variable drawn from a `BatchSampler` (a Python list of ints per minibatch)."""
+        if not isinstance(e, ast.Name):
+            return False
+        samplers = {dotted(t) for n in self.mi.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    and self.mi.call_name(n.value).endswith("BatchSampler") for t in n.targets}  # fmt: skip
+        n = self.mi.parent.get(e)
+        while n is not None:
+            if isinstance(n, (ast.For, ast.AsyncFor)) and e.id in target_names(n.target):
+                it = n.iter
+                return dotted(it) in samplers or isinstance(it, ast.Call) and self.mi.call_name(it).endswith(
+                    "BatchSampler")  # fmt: skip
+            n = self.mi.parent.get(n)
+        return False
 
     def _constant_list(self, e: ast.expr) -> bool:
         """A Python list the loop could build once: a literal of constants, `list(range(...))`, or a name

@@ -57,6 +57,8 @@ class FunctionInfo:
     tensors: set[str] = field(default_factory=set)
     scalars: set[str] = field(default_factory=set)  # Python values: evidence that a name is not a tensor
     tensor_lists: set[str] = field(default_factory=set)
+    # name -> [(line, kind)] of its assignments: the last one above a use decides, where it is known
+    history: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
 
     def is_tensor_name(self, name: str) -> bool:
         if name in self.tensors:
@@ -116,6 +118,7 @@ class KindModel:
         body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
                       key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
         for _ in range(2):  # a second pass lets names defined from other names settle
+            history: dict[str, list[tuple[int, str | None]]] = {}
             for n in body:
                 if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -126,21 +129,19 @@ class KindModel:
                     kind = self.kind(value, info)
                     for t in targets:
                         for name in target_names(t):
+                            history.setdefault(name, []).append((n.lineno, kind))
                             if kind == "tensor":
                                 info.tensors.add(name)
                                 info.scalars.discard(name)
                             elif kind == "scalar" and name not in info.tensors:
                                 info.scalars.add(name)
-                elif isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter):
-                    target = n.target
-                    if (isinstance(n.iter, ast.Call) and self.call_name(n.iter) == "enumerate"  # type: ignore[attr-defined]
-                            and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip
-                        info.scalars.update(target_names(target.elts[0]))  # the index
-                        target = target.elts[1]
-                    for name in target_names(target):
-                        info.tensors.add(name)
-                elif isinstance(n, (ast.For, ast.AsyncFor)):
-                    self._loop_target_kinds(n, info)
+                if isinstance(n, (ast.For, ast.AsyncFor)):  # a loop target is an assignment too
+                    for name, kind in self._loop_kinds(n, info).items():
+                        history.setdefault(name, []).append((n.lineno, kind))
+                        if kind == "tensor":
+                            info.tensors.add(name)
+                        elif kind == "scalar":
+                            info.scalars.add(name)
                 if isinstance(n, ast.Assign) and isinstance(n.value, (ast.ListComp, ast.List)):
                     elts = [n.value.elt] if isinstance(n.value, ast.ListComp) else n.value.elts
                     if elts and all(self.kind(e, info, comp=n.value) == "tensor" for e in elts):
@@ -148,24 +149,33 @@ class KindModel:
                 elif isinstance(n, ast.Call) and method_name(n) == "append" and n.args:
                     if self.kind(n.args[0], info) == "tensor":
                         info.tensor_lists.add(dotted(n.func.value))
+            info.history = history
         return info
 
-    def _loop_target_kinds(self, n: ast.For | ast.AsyncFor, info: FunctionInfo) -> None:
-        """`for i in range(n)` binds Python ints; `for r in t` over a tensor binds tensors (also inside
-        `zip(...)`/`enumerate(...)`, position by position)."""
+    def _loop_kinds(self, n: ast.For | ast.AsyncFor, info: FunctionInfo) -> dict[str, str | None]:
+        """What a loop binds: batches of a loader are tensors (its `enumerate` index an int); `range` binds ints;
+        iterating a tensor binds tensors (also inside `zip(...)`/`enumerate(...)`, position by position)."""
         it, target = n.iter, n.target
+        out: dict[str, str | None] = {name: None for name in target_names(target)}
+        if self._iterates_data(it):
+            if (isinstance(it, ast.Call) and self.call_name(it) == "enumerate"  # type: ignore[attr-defined]
+                    and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip
+                out.update(dict.fromkeys(target_names(target.elts[0]), "scalar"))
+                target = target.elts[1]
+            out.update(dict.fromkeys(target_names(target), "tensor"))
+            return out
         if isinstance(it, ast.Call) and self.call_name(it) == "range":  # type: ignore[attr-defined]
-            info.scalars.update(target_names(target))
-            return
-        pairs = [(it, target)]
+            return dict.fromkeys(out, "scalar")
+        pairs: list[tuple[ast.expr | None, ast.expr]] = [(it, target)]
         if isinstance(it, ast.Call) and self.call_name(it) in ("zip", "enumerate") and isinstance(target, ast.Tuple):  # type: ignore[attr-defined]
             args = it.args if self.call_name(it) == "zip" else [None, *it.args]  # type: ignore[attr-defined]
             pairs = list(zip(args, target.elts, strict=False))
         for src, tgt in pairs:
             if src is None:
-                info.scalars.update(target_names(tgt))
-            elif isinstance(src, ast.Name) and src.id in info.tensors and isinstance(tgt, ast.Name):
-                info.tensors.add(tgt.id)
+                out.update(dict.fromkeys(target_names(tgt), "scalar"))
+            elif isinstance(src, ast.Name) and isinstance(tgt, ast.Name) and self.kind(src, info) == "tensor":
+                out[tgt.id] = "tensor"
+        return out
 
     def _narrowed_away(self, e: ast.Name) -> bool:
         """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
@@ -275,7 +285,14 @@ class KindModel:
         if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
             return None
         if isinstance(e, ast.Name):
-            if e.id in info.scalars and e.id not in info.tensors or self._narrowed_away(e):
+            if self._narrowed_away(e):
+                return "scalar"
+            before = [k for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
+            if before:  # the assignment above the use decides: `x = meter.avg` ... `torch.tensor([x])` ... `x = t`
+                if before[-1] is not None:
+                    return before[-1]
+                return "tensor" if TENSOR_NAME.search(e.id) else None
+            if e.id in info.scalars and e.id not in info.tensors:
                 return "scalar"
             return "tensor" if info.is_tensor_name(e.id) else None
         if isinstance(e, ast.Attribute):

@@ -151,11 +151,10 @@ class StructureChecks:
         names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
         if not names or any(n.startswith(("self.", "cls.")) for n in names):
             return True  # passed straight on or kept on an object: assume several epochs
-        scope, used = self.mi.enclosing_function(c), False
+        scope = self.mi.enclosing_function(c)
         for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
             if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)):
                 continue
-            used = True
             if self.mi.enclosing_function(u) is not scope:
                 return True  # a global loader read by a function (an epoch function, called again and again)
             outer = self.mi.parent.get(u)
@@ -171,7 +170,7 @@ class StructureChecks:
             if isinstance(call, ast.Call) and u in call.args and not self.mi.targets_of(call):
                 if self.mi.call_name(call) not in ("len", "print", "iter", "next"):
                     return True  # an unknown consumer (a trainer's fit) may run epochs
-        return not used  # never read here: exported to code we cannot see
+        return False  # never iterated where we can see it: no evidence of several epochs
 
     def evaluation(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """An evaluation loop (a `val*`/`eval*`/`test*` function, or any function run with `train=False`)
@@ -209,6 +208,34 @@ class StructureChecks:
         ):
             what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
+
+    def inline_evaluation(self, loop: ast.For) -> None:
+        """`for batch in eval_dataloader: outputs = model(**batch)` written inline (not in an `eval*` function):
+        no_grad must come from a `with` around it (or the function's decorator), eval() from above it."""
+        it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and loop.iter.args else loop.iter
+        name = dotted(it).split(".")[-1]
+        if not re.search(r"(eval|val|valid|test|dev).*(loader|data)|(loader|data).*(eval|val|test)", name, re.I):
+            return
+        fn = self.mi.enclosing_function(loop)
+        if re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I):
+            return  # the function-level check covers it
+        body = list(walk_local(loop))
+        if any(is_step_call(n) for n in body) or not any(
+            isinstance(n, ast.Call) and MODEL_NAME.search(call_name(n).split(".")[-1] or "-") for n in body
+        ):
+            return
+        grad_off = any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", []))
+        n = self.mi.parent.get(loop)
+        while n is not None and n is not fn and not grad_off:
+            if isinstance(n, ast.With) and any(
+                re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(i.context_expr)) for i in n.items
+            ):
+                grad_off = True
+            n = self.mi.parent.get(n)
+        inner = any(isinstance(w, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(w)) for w in body)
+        if not grad_off and not inner:
+            self.add("HL018", loop, f"`for ... in {src(loop.iter)}` runs the model without `torch.no_grad()`: "
+                     "activations are kept")  # fmt: skip
 
     def _caller_has(self, call: ast.Call, what: str) -> bool:
         """The caller switched to eval mode before the call, or runs it under no_grad."""
@@ -312,6 +339,13 @@ class StructureChecks:
                     self.add("HL016", n, f"`{src(target)}` is accumulated without dividing by the accumulation steps")
 
     def _divided(self, e: ast.expr, fn: ast.AST, depth: int = 0) -> bool:
+        if depth == 0 and any(
+            isinstance(n, ast.Call) and method_name(n) in ("mul_", "div_") and ".grad" in ast.unparse(n.func)
+            or isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult))
+            and ".grad" in ast.unparse(n.target)
+            for n in walk_local(fn)
+        ):  # fmt: skip
+            return True  # the gradients are scaled before the step (`p.grad.mul_(1 / n)`): the same effect
         """Divided (or scaled) where it is made: inline, by an assignment in the function, or in the return
         of the same-file function that computes it."""
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Div, ast.Mult)):

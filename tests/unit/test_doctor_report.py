@@ -61,3 +61,17 @@ def test_teacher_under_inference_mode_is_explained():
     crash = "RuntimeError: Inference tensors cannot be saved for backward. To work around ..."
     rec = rules(build_report(raw(crashed=crash, exit_code=1)))["teacher-inference-mode"]
     assert "torch.no_grad()" in rec["message"]
+
+
+def test_per_step_reads_come_first_and_boundary_reads_are_not_told_to_move():
+    reads = [{"file": "/t/train.py", "line": 50, "op": "item", "step": s} for s in range(0, 20, 5)]
+    reads += [{"file": "/t/train.py", "line": 40, "op": "item", "step": s} for s in range(20)]
+    reads += [{"file": "/t/train.py", "line": 30, "op": "__index__", "step": s, "host_only": True} for s in range(20)]
+    rep = build_report(raw(steps=20, reads=reads))
+    recs = [r for r in rep["recommendations"] if r["rule"] in ("HL001", "boundary-read")]
+    assert [r["rule"] for r in recs] == ["HL001", "boundary-read"]
+    assert "train.py:40" in recs[0]["message"] and "every step" in recs[0]["message"]
+    assert "train.py:50" in recs[1]["message"] and "every 5th step" in recs[1]["message"]
+    assert "boundary the script chose" in recs[1]["message"] and "keep it on the device" not in recs[1]["message"]
+    assert not any("train.py:30" in r["message"] for r in rep["recommendations"])  # host tensor: no sync at all
+    assert [s["line"] for s in rep["sync_sites"]] == [40, 50, 30]  # per-step sync, boundary sync, host-only

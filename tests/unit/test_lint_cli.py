@@ -66,8 +66,10 @@ def test_messages_name_the_offending_expression():
     assert hl002 and "`out`" in hl002[0]
     assert "`x.to(device)`" in by_code["HL012"]
     assert "`torch.tensor([loss, loss])`" in by_code["HL003"]
-    src = "import torch\nfrom torch.utils.data import DataLoader\nx = torch.zeros(1).cuda()\n" \
-          "dl = DataLoader(ds, num_workers=4)\n"
+    src = (
+        "import torch\nfrom torch.utils.data import DataLoader\nx = torch.zeros(1).cuda()\n"
+        "dl = DataLoader(ds, num_workers=4)\nfor epoch in range(3):\n    for b in dl:\n        pass\n"
+    )
     (msg,) = [f.message for f in lint_source(src) if f.code == "HL011"]
     assert "pin_memory=True" in msg and "persistent_workers=True" in msg  # both missing options named
 

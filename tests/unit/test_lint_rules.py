@@ -139,7 +139,12 @@ CASES = [
         "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nl = DataLoader(ds, batch_size=8)\n",
         False,
     ),
-    ("HL011", "from torch.utils.data import DataLoader\nl = DataLoader(ds, batch_size=8, num_workers=4)\n", True),
+    (
+        "HL011",
+        "from torch.utils.data import DataLoader\nl = DataLoader(ds, batch_size=8, num_workers=4)\n"
+        "for epoch in range(3):\n    for b in l:\n        pass\n",
+        True,
+    ),
     (
         "HL011",
         "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\n"
