@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from hotloop import checkpoint as ckpt_io
-from hotloop import guard
+from hotloop import guard, sharded
 from hotloop.data import BatchSource
 from hotloop.errors import Preempted
 from hotloop.logging.jsonl import truncate_metrics
@@ -51,6 +51,7 @@ class Checkpointer:
     def rollback(self, reason: str) -> None:
         """Restore the last good checkpoint, back the LR off, and go on with the data after the bad window."""
         self.wait()
+        self.t.dist.barrier()  # rank 0 committed the in-flight save: every rank now sees the same newest one
         cfg, gs = self.t.cfg, self.t.guard_state
         path = ckpt_io.latest_valid(self.t.run_dir)
         if path is None:
@@ -123,8 +124,8 @@ class Checkpointer:
         if d.strategy == "fsdp":
             meta = self.meta_state()
             if path is not None:
-                return ckpt_io.save_sharded_to(Path(path), self.t.model, self.t.optimizer, meta, d.main, d.barrier)
-            return ckpt_io.save_sharded(
+                return sharded.save_sharded_to(Path(path), self.t.model, self.t.optimizer, meta, d.main, d.barrier)
+            return sharded.save_sharded(
                 self.t.model,
                 self.t.optimizer,
                 meta,
@@ -179,37 +180,77 @@ class Checkpointer:
     _thread: threading.Thread | None = None
     _error: BaseException | None = None
     _pending_step = 0
+    _host: dict[str, torch.Tensor] | None = None  # the host buffers of the one-file save, reused save after save
+    _stager: sharded.HostStager | None = None  # the same for DCP (strategy=fsdp)
+    _group: Any = None  # DCP's gloo group for its background collectives
 
     def async_enabled(self) -> bool:
-        """auto: in one process without FSDP (DCP's sharded save stays synchronous; ranks must agree)."""
-        value = self.t.cfg.async_checkpoint
-        return bool(value) and not self.t.dist.active and self.t.dist.strategy != "fsdp"
+        return bool(self.t.cfg.async_checkpoint)
 
     def save_in_background(self) -> None:
         """Copy the state to host memory, hand it to a writer thread, and return: training goes on while the
         file is written, hashed and committed with the same atomic protocol (temp file, fsync, rename,
-        manifest). At most one save is in flight: a new one first waits for the previous."""
+        manifest). At most one save is in flight: a new one first waits for the previous. Under DDP rank 0
+        writes the one file; under FSDP every rank stages its shards and DCP writes them (`sharded`)."""
         self.wait()
         t0 = time.perf_counter()
         self.refuse_nonfinite()
-        state = _to_host(self.t.state_dict())  # a copy: the live tensors keep changing
-        if self.t.device.type == "cuda":
-            torch.cuda.synchronize(self.t.device)  # sync: checkpoint boundary (the host copy must be complete)
         step, retention = self.t.state.step, self._retention()
         self._pending_step = step
+        d = self.t.dist
+        if d.strategy == "fsdp":
+            write = self._start_sharded(step, retention)
+        else:
+            live = self.t.state_dict()  # every rank: it gathers each rank's data position and RNG states
+            write = None  # DDP: rank 0 writes the one file; the other ranks have nothing in flight
+            if d.main:
+                if self._host is None:
+                    self._host = {}
+                state = _to_host(live, self._host)  # a copy: the live tensors keep changing
+                if self.t.device.type == "cuda":
+                    torch.cuda.synchronize(self.t.device)  # sync: checkpoint boundary (the host copy is complete)
+
+                def write() -> None:
+                    ckpt_io.save_checkpoint(state, self.t.run_dir, step, self.t.cfg.keep_last, *retention)
+
+        if write is not None:
+            self._thread = threading.Thread(target=self._guarded(write), name=f"hotloop-checkpoint-{step}",
+                                            daemon=False)  # fmt: skip
+            self._thread.start()
+        self.t._interval.ckpt_block_s += time.perf_counter() - t0
+
+    def _start_sharded(self, step: int, retention: tuple[Any, Any]) -> Callable[[], None]:
+        d, cfg = self.t.dist, self.t.cfg
+        if self._stager is None:
+            self._stager, self._group = sharded.HostStager(self.t.device), sharded.checkpoint_group()
+        meta = self.meta_state()
+        path = self.t.run_dir / ckpt_io.CKPT_DIR / f"step_{step:08d}"
+        future = sharded.save_sharded_async(path, self.t.model, self.t.optimizer, d.main, d.barrier, self._stager,
+                                            self._group)  # fmt: skip
 
         def write() -> None:
+            future.result()  # on the coordinator: every rank's shards are written
+            if d.main:
+                sharded.commit_sharded(path, meta, step, retention[0])
+                if cfg.keep_last:
+                    ckpt_io.purge(self.t.run_dir, cfg.keep_last, retention[1])
+
+        return write
+
+    def _guarded(self, write: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
             try:
-                ckpt_io.save_checkpoint(state, self.t.run_dir, step, self.t.cfg.keep_last, *retention)
+                write()
             except BaseException as e:  # handed to the training thread at its next wait
                 self._error = e
 
-        self._thread = threading.Thread(target=write, name=f"hotloop-checkpoint-{step}", daemon=False)
-        self._thread.start()
-        self.t._interval.ckpt_block_s += time.perf_counter() - t0
+        return run
 
     def failed(self) -> bool:
-        """The background save finished with an error (cheap: polled every step)."""
+        """The background save finished with an error (cheap: polled every step). Under torchrun only at the
+        next boundary every rank reaches (`wait`), so the ranks never disagree about stopping."""
+        if self.t.dist.active:
+            return False
         return self._thread is not None and self._error is not None and not self._thread.is_alive()
 
     def wait(self) -> None:
@@ -220,6 +261,13 @@ class Checkpointer:
         self._thread, error, self._error = None, self._error, None
         if error is not None:
             self._save_failed(error, self._pending_step)
+
+    def close(self) -> None:
+        """At the end of fit: the in-flight save is committed (by `wait`); release DCP's host buffers."""
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
+        self._host = None
 
     def wait_quietly(self) -> None:
         """`wait()` on the way out of an exception: the save is committed; a second error is only printed."""
@@ -314,7 +362,7 @@ class Checkpointer:
         """Load a checkpoint (one file, or sharded through DCP, from any world size) into the model,
         optimizer, schedule and precision; return the rest of its state."""
         if ckpt_io.is_sharded(path):
-            meta = ckpt_io.load_sharded_into(path, self.t.model, self.t.optimizer)
+            meta = sharded.load_sharded_into(path, self.t.model, self.t.optimizer)
             self.load_training_state(meta, path, tensors=False)
             return meta
         # Model and optimizer tensors are copied into this run's (on its device) by load_state_dict; the RNG
@@ -322,7 +370,7 @@ class Checkpointer:
         state = ckpt_io.load_checkpoint(path, map_location="cpu")
         ckpt_io.check_state(state, path, full=True)  # everything a resume needs, or one line naming what is not
         if self.t.dist.strategy == "fsdp" and self.t.dist.active:  # a one-file checkpoint into a sharded model
-            ckpt_io.load_full_into_sharded(state, self.t.model, self.t.optimizer)
+            sharded.load_full_into_sharded(state, self.t.model, self.t.optimizer)
             self.load_training_state(state, path, tensors=False)
         else:
             self.load_training_state(state, path)
@@ -398,16 +446,19 @@ class Checkpointer:
         raise Preempted(msg, 128 + signum)
 
 
-def _to_host(obj: Any) -> Any:
-    """A copy of a state dict with every tensor on the CPU (pinned on CUDA, copied without blocking)."""
+def _to_host(obj: Any, pool: dict[str, torch.Tensor], key: str = "") -> Any:
+    """A copy of a state dict with every tensor on the CPU, into `pool`'s buffers (by position in the state
+    dict) when shape and dtype still match: after the first save, none is allocated. On CUDA the buffers
+    are pinned and filled without blocking (the caller synchronizes once)."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
-        if t.device.type == "cpu":
-            return t.clone()
-        out = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        return out.copy_(t, non_blocking=True)
+        buf = pool.get(key)
+        if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
+            buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.device.type == "cuda")
+            pool[key] = buf
+        return buf.copy_(t, non_blocking=t.device.type == "cuda")
     if isinstance(obj, dict):
-        return {k: _to_host(v) for k, v in obj.items()}
+        return {k: _to_host(v, pool, f"{key}/{k}") for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_host(v) for v in obj)
+        return type(obj)(_to_host(v, pool, f"{key}/{i}") for i, v in enumerate(obj))
     return obj

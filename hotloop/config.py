@@ -212,9 +212,10 @@ class TrainConfig:
     keep_last: int = 3
     """Committed checkpoints to keep; older ones are deleted after a new one is committed."""
     async_checkpoint: bool = True
-    """Write checkpoints in a background thread after a host copy of the state, so training does not stop for
-    the write, hash and fsync (one process without FSDP; otherwise synchronous). `ckpt_block_s` in the row is
-    the time the step loop spent on it."""
+    """Write checkpoints in a background thread after a host copy of the state (buffers reused save after save,
+    pinned on CUDA), so training does not stop for the write, hash and fsync: one process and DDP (rank 0 writes)
+    through the one-file writer, FSDP through DCP's `async_save`. At most one save is in flight. `ckpt_block_s`
+    in the row is the time the step loop spent on it."""
     keep_best: str | None = None
     """A logged metric (val_loss, or any other): the checkpoint with its best value is kept beside the last
     `keep_last`, never deleted by retention, and named in the report. None: off."""

@@ -300,6 +300,7 @@ class Trainer:
                 cb.on_fit_end(self)
         finally:
             self.checkpointer.wait_quietly()  # an in-flight save is committed before fit returns, whatever happened
+            self.checkpointer.close()
             restore_signals()
             self._loggers.flush()  # metrics.jsonl and the other fast sinks are complete when fit returns
             self._loggers.close(wait=False)  # slow sinks finish in their threads before the process exits

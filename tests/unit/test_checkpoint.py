@@ -285,3 +285,27 @@ def test_keep_best_survives_retention_and_is_named_in_the_report(tmp_path):
     assert steps == [best, 40]  # the best (highest loss, by best_mode=max) and the last
     assert ck.best_checkpoint(tmp_path, "loss", "max").name == f"step_{best:08d}.pt"
     assert "best loss = " in write_report([tmp_path]).read_text()
+
+
+def test_background_saves_reuse_their_host_buffers_and_each_file_holds_its_own_step(init_model, tmp_path):
+    from hotloop.checkpointer import _to_host
+
+    pool: dict = {}
+    state = {"w": torch.ones(3), "opt": {"state": {0: {"m": torch.zeros(2)}}, "lr": 0.1}, "rng": [torch.arange(4)]}
+    first = _to_host(state, pool)
+    ptrs = {k: v.data_ptr() for k, v in pool.items()}
+    state["w"] += 1
+    second = _to_host(state, pool)
+    assert {k: v.data_ptr() for k, v in pool.items()} == ptrs  # the same buffers, refilled: nothing allocated
+    assert second["w"].data_ptr() == first["w"].data_ptr() and torch.equal(second["w"], torch.full((3,), 2.0))
+    assert second["opt"]["lr"] == 0.1 and second["w"] is not state["w"]
+    # Through fit: every background checkpoint equals the synchronous one of the same step, bit for bit.
+    runs = {}
+    for background in (True, False):
+        d = tmp_path / str(background)
+        Trainer(copy.deepcopy(init_model), _cfg(d, max_steps=6, ckpt_every=2, keep_last=5,
+                                                async_checkpoint=background)).fit(DATA)  # fmt: skip
+        runs[background] = {f.step: load_checkpoint(f.path)["model"] for f in ck.committed(d)}
+    assert sorted(runs[True]) == [2, 4, 6]
+    for step, sd in runs[True].items():
+        assert all(torch.equal(sd[k], runs[False][step][k]) for k in sd), step
