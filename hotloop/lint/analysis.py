@@ -43,6 +43,7 @@ GATE_WORDS = {
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
+EVAL_FUNCTION = re.compile(r"^_*(val|eval|test|validate|evaluate)", re.I)
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -53,8 +54,14 @@ def call_name(call: ast.Call) -> str:
 
 
 def is_step_call(node: ast.AST) -> bool:
-    """`x.backward()`, `accelerator.backward(loss)`, `optimizer.step()`, `scaler.step(opt)`."""
-    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+    """`x.backward()`, `accelerator.backward(loss)`, `optimizer.step()`, `scaler.step(opt)`, and a call that
+    hands a loss and the optimizer to a helper doing both (`loss_scaler(loss, optimizer, parameters=...)`)."""
+    if not isinstance(node, ast.Call):
+        return False
+    args = [dotted(a) for a in [*node.args, *(k.value for k in node.keywords)]]
+    if any(re.search(r"(^|\.)(optimizer|optim|opt)$", a) for a in args) and any(re.search(r"loss", a) for a in args):
+        return True
+    if not isinstance(node.func, ast.Attribute):
         return False
     if node.func.attr == "backward":
         return True
@@ -80,6 +87,15 @@ def is_gate(test: ast.expr) -> bool:
         if isinstance(n, ast.Attribute) and gate_word(n.attr):
             return True
     return False
+
+
+def _terminal(stmt: ast.stmt) -> bool:
+    """A statement after which the loop does not go on: raise, return, break, sys.exit()/exit()/quit().
+    A block ending so runs once, not every step."""
+    if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in (
+        "sys.exit", "exit", "quit", "os._exit")  # fmt: skip
 
 
 def _negated(test: ast.expr) -> bool:
@@ -251,6 +267,7 @@ class ModuleInfo(KindModel):
             self.hot_functions.update(self.functions[name])
         # Interprocedural: what a hot region calls every step is hot; what a training loop calls is training code.
         self._generators()
+        self._callbacks()
         calls = [n for n in self.nodes if isinstance(n, ast.Call) and self.targets_of(n)]
         changed = True
         while changed:
@@ -261,9 +278,21 @@ class ModuleInfo(KindModel):
                     if hot and fn not in self.hot_functions and not self._is_outer(fn, c):
                         self.hot_functions.add(fn)
                         changed = True
-                    if training and fn not in self.train_functions:
+                    if training and fn not in self.train_functions and not EVAL_FUNCTION.match(fn.name):
                         self.train_functions.add(fn)
                         changed = True
+
+    def _callbacks(self) -> None:
+        """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
+        every batch (or step) is hot, and training code."""
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and re.search(r"callback|register|add_hook|on$", method_name(n) or ""):
+                events = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                if any(re.search(r"batch|step|iter", ev) for ev in events):
+                    for a in n.args:
+                        if isinstance(a, ast.Name):
+                            self.hot_functions.update(self.functions.get(a.id, []))
+                            self.train_functions.update(self.functions.get(a.id, []))
 
     def _generators(self) -> None:
         """`batches = make_batches(...)` (a same-file generator) then `next(batches)` in the loop: the
@@ -308,6 +337,10 @@ class ModuleInfo(KindModel):
     def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
         child, n = node, self.parent.get(node)
         while n is not None and n is not stop:
+            if isinstance(n, ast.If) and child is not n.test:
+                branch = n.body if child in n.body else n.orelse
+                if branch and _terminal(branch[-1]):
+                    return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
             if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
                 branch = n.orelse if _negated(n.test) else n.body
                 if child in branch:

@@ -87,8 +87,90 @@ class Checker(StructureChecks):
             self.schedulers()
         if "DistributedSampler" in src:
             self.samplers()
-        return [h for h in self.hits if not (h.code in SYNC_RULES and (self.mi.has_sync_marker(h.node.lineno)
-                                                                       or not self.mi.device_code))]  # fmt: skip
+        return [h for h in self.hits if not (h.code in SYNC_RULES and (
+            self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)))]  # fmt: skip
+
+    # -- provenance: a read of a tensor that lives on the host waits for no device ---------------------
+
+    def host_read(self, node: ast.AST) -> bool:
+        """The value read at `node` is a host tensor (made on the CPU, pinned, or from numpy), so the read is
+        no device sync: `ix = torch.randint(n, (8,))` ... `data[i]` for i in ix, a pinned shard's header."""
+        if isinstance(node, ast.Call):
+            reads = ("item", "cpu", "numpy", "tolist", "nonzero", "unique", "masked_select")
+            method = (
+                isinstance(node.func, ast.Attribute)
+                and method_name(node) in reads
+                and not self.mi.call_name(node).startswith("torch.")
+            )  # torch.nonzero(x): x is read
+            exprs = [node.func.value] if method else list(node.args)  # type: ignore[attr-defined]
+        elif isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+            exprs = [node.test]
+        elif isinstance(node, ast.Subscript):
+            exprs = [node.value]
+        elif isinstance(node, ast.JoinedStr):
+            exprs = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        else:
+            return False
+        tensors = [e for e in exprs if self.kind(e) != "scalar"]
+        return bool(tensors) and all(self._host(e) for e in tensors)
+
+    HOST_FACTORIES = {"from_numpy", "from_file", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
+                      "randint", "randperm", "rand", "randn", "frombuffer", "linspace"}  # fmt: skip
+    HOST_KEEPING = {"pin_memory", "cpu", "numpy", "clone", "view", "reshape", "contiguous", "long", "int", "float",
+                    "flatten", "squeeze", "unsqueeze", "sum", "max", "min", "mean", "nonzero", "tolist", "cumsum",
+                    "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge"}  # fmt: skip
+
+    def _host(self, e: ast.expr, depth: int = 0) -> bool:
+        memo = self.__dict__.setdefault("_host_memo", {})
+        if e not in memo:
+            memo[e] = False  # a cycle (`x = x.view(...)`) proves nothing
+            memo[e] = self._host_uncached(e, depth)
+        return memo[e]
+
+    def _host_uncached(self, e: ast.expr, depth: int) -> bool:
+        if depth > 10 or "set_default_device" in self.mi.source:
+            return False
+        if isinstance(e, ast.Constant):
+            return True
+        if isinstance(e, ast.Name):
+            fn = self.mi.enclosing_function(e)
+            values = []
+            for n in walk_local(fn):
+                if not isinstance(n, (ast.Assign, ast.AugAssign)):
+                    continue
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
+                        values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
+                    elif e.id in target_names(t):
+                        values.append(n.value)
+            return bool(values) and all(self._host(v, depth + 1) for v in values)
+        if isinstance(e, (ast.Subscript, ast.Attribute)):
+            return self._host(e.value, depth + 1)
+        if isinstance(e, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
+            parts = [x for x in ast.iter_child_nodes(e) if isinstance(x, ast.expr)]
+            parts = [x for x in parts if self.kind(x) != "scalar"]
+            return bool(parts) and all(self._host(x, depth + 1) for x in parts)
+        if isinstance(e, ast.Call):
+            name, meth = self.mi.call_name(e), method_name(e)
+            if name.startswith("torch."):
+                meth = ""  # a function of the torch module, not a method of a tensor
+            if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:
+                device = _kw(e, "device")
+                return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
+            if meth in ("pin_memory", "cpu", "numpy"):
+                return True
+            moves = meth == "to" and (e.args and not isinstance(e.args[0], ast.Attribute) or _kw(e, "device"))
+            if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
+                return self._host(e.func.value, depth + 1)
+            local = self.mi.targets_of(e)
+            if local and depth < 3:  # a same-file helper that returns host tensors
+                rets = [r.value for f in local for r in walk_local(f) if isinstance(r, ast.Return) and r.value]
+                return bool(rets) and all(self._host(r, depth + 1) for r in rets)
+            if name in ("torch.nonzero", "torch.stack", "torch.cat") and e.args:
+                first = e.args[0]
+                items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+                return all(self._host(x, depth + 1) for x in items)
+        return False
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         if edit is not None and not edit.what:
@@ -160,7 +242,8 @@ class Checker(StructureChecks):
         if mi.in_training_loop(c):
             if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
-            if name == "torch.save" and not self._replaced_atomically(c) and not self._fresh_path(c):
+            if ((name == "torch.save" or name.endswith("save_on_master")) and not self._replaced_atomically(c)
+                    and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
             if meth == "append" and c.args and mi.in_hot(c):
                 arg = c.args[0]
@@ -181,7 +264,7 @@ class Checker(StructureChecks):
                 no_fix = "dtype=/device= keywords: torch.stack keeps the elements' dtype and device, so a rewrite " \
                          "could change the result; add `.to(...)` by hand"  # fmt: skip
             self.add("HL003", c, f"`{_src(c)}` reads each tensor on the host; use `torch.stack`", edit, no_fix)
-        if name in ("max", "min", "sum", "sorted"):
+        if name in ("max", "min", "sorted"):  # Python's sum only adds: device ops, no host read
             if (len(c.args) == 1 and self.tensorish_iterable(c.args[0])) or (
                 len(c.args) > 1 and all(self.tensor(a) for a in c.args)
             ):
@@ -223,6 +306,9 @@ class Checker(StructureChecks):
             return
         if self._cpu_branch(c) or not (self.tensor(recv) or self.kind(recv) is None and self._device_target(c)):
             return
+        target = ast.unparse(c.args[0] if c.args else getattr(_kw(c, "device"), "value", c))
+        if re.search(r"accelerator|fabric", target) and re.search(r"\.prepare\(|setup_dataloaders\(", self.mi.source):
+            return  # a prepared loader already yields batches on the device: this .to() copies nothing
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)
         edit, no_fix = None, ""
@@ -242,8 +328,9 @@ class Checker(StructureChecks):
             return True  # a benchmark's barrier is its purpose (a training script timing each step is not)
         child, n = c, self.mi.parent.get(c)
         while n is not None and n is not fn:
-            if isinstance(n, ast.If) and child is not n.test and not self.mi.is_update_gate(n):
-                return True
+            if (isinstance(n, ast.If) and child is not n.test and not self.mi.is_update_gate(n)
+                    and not re.search(r"device|cuda|mps|is_available", ast.unparse(n.test))):  # fmt: skip
+                return True  # behind a flag the user opts into (a device check is no opt-in)
             if isinstance(n, (ast.For, ast.While)) and n in self.mi.hot_loops:
                 break
             child, n = n, self.mi.parent.get(n)
@@ -287,6 +374,16 @@ class Checker(StructureChecks):
                 for n in walk_local(loop)
             )  # fmt: skip
         return False
+
+    def _fresh_copy_beside(self, c: ast.Call) -> bool:
+        """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only
+        the latest alias of a per-epoch copy, so a torn write loses nothing."""
+        parent = self.mi.parent.get(c)
+        block = self.mi.parent.get(parent) if isinstance(parent, ast.Expr) else None
+        body = getattr(block, "body", [])
+        return any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value is not c
+                   and re.search(r"save", self.mi.call_name(s.value)) and self._fresh_path(s.value)
+                   for s in body)  # fmt: skip
 
     def _float32_guard(self, c: ast.Call) -> bool:
         if re.search(r"\.float\(\)|float32", ast.unparse(c.args[0])):

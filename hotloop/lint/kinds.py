@@ -45,6 +45,7 @@ NOT_TENSOR_TORCH = re.compile(
     r"is_tensor|is_grad_enabled|is_floating_point|autocast|amp|backends|utils|optim|nn\.(?!functional)|"
     r"set_float32|get_default|inference_mode|jit|profiler|multiprocessing|hub|Generator|Size|dtype|finfo|iinfo)"
 )
+CONFIG_NAME = re.compile(r"^(self\.)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options)$")
 TENSOR_COLLECTION = re.compile(
     r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
     r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$"
@@ -298,6 +299,8 @@ class KindModel:
         if isinstance(e, ast.Attribute):
             if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
                 return "scalar"
+            if CONFIG_NAME.match(dotted(e.value)):
+                return "scalar"  # `args.bce_loss`, `self.config.lr`: options, whatever their names
             base = self.kind(e.value, info)
             if base == "scalar":
                 return "scalar"  # an attribute of a Python value (args.lr, ckpt.step)
@@ -331,6 +334,8 @@ class KindModel:
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.IfExp):
             kinds = {self.kind(e.body, info), self.kind(e.orelse, info)}
+            if "scalar" in kinds and any(isinstance(b, ast.Name) for b in (e.body, e.orelse)):
+                return "scalar"  # `g = g.item() if isinstance(g, torch.Tensor) else g`: a Python number after
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.Call):
             return self._call_kind(e, info)

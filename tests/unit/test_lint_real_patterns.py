@@ -157,6 +157,84 @@ QUIET = {
             return torch.stack([torch.from_numpy(data[i:i + block]) for i in ix])
         """,
     ),
+    "a batch from an Accelerate-prepared loader is on the device already (HL012)": (
+        "HL012",
+        """
+        def train(accelerator, model, loader, opt):
+            model, opt, loader = accelerator.prepare(model, opt, loader)
+            for batch in loader:
+                batch = batch.to(accelerator.device)
+                accelerator.backward(model(batch).sum())
+                opt.step()
+        """,
+    ),
+    "Python sum over device tensors only adds, on the device (HL004)": (
+        "HL004",
+        """
+        def total(losses: list[torch.Tensor]):
+            return sum(losses)
+        """,
+    ),
+    "a read on the way out of a diverged run happens once (HL001)": (
+        "HL001",
+        """
+        import math, sys
+        def train(model, loader, opt, device):
+            for x, y in loader:
+                loss = model(x.to(device, non_blocking=True), y)
+                if not torch.isfinite(loss):  # noqa: HL005
+                    print("loss is", loss.item())
+                    sys.exit(1)
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "an option named like a loss is an option (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt, args, device):
+            for x, y in loader:
+                if args.bce_loss:
+                    y = y.float()
+                loss = model(x.to(device, non_blocking=True), y)
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "reads of host tensors (pinned shards, CPU indices) sync nothing (HL001/HL006/HL007)": (
+        "HL006",
+        """
+        def batches(n, device):
+            while True:
+                tokens = torch.empty(n, dtype=torch.uint16, pin_memory=True)
+                starts = torch.nonzero(tokens == 0)[:, 0]
+                yield tokens.to(device, non_blocking=True), starts.numpy()
+        def train(model, opt, device):
+            data = batches(1024, device)
+            for step in range(100):
+                x, starts = next(data)
+                model(x).sum().backward()
+                opt.step()
+        """,
+    ),
+    "a synchronize per evaluation batch is not the training loop's (HL020)": (
+        "HL020",
+        """
+        def validate(model, loader, device):
+            model.eval()
+            with torch.no_grad():
+                for x, y in loader:
+                    model(x.to(device, non_blocking=True))
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+        def fit(model, train_loader, val_loader, opt, device):
+            for epoch in range(3):
+                for x, y in train_loader:
+                    model(x.to(device, non_blocking=True)).sum().backward()
+                    opt.step()
+                validate(model, val_loader, device)
+        """,
+    ),
 }
 
 REPORTED = {
@@ -256,6 +334,51 @@ REPORTED = {
                 for epoch in range(3):
                     self._run_epoch(self.train_loader, train=True)
                     self._run_epoch(self.test_loader, train=False)
+        """,
+    ),
+    "a device check is no opt-in: timing every step with synchronize (HL020)": (
+        "HL020",
+        """
+        import time
+        def train(model, loader, opt, device):
+            for x, y in loader:
+                t0 = time.time()
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                dt = time.time() - t0
+        """,
+    ),
+    "a loss scaler that steps the optimizer makes the loop a training loop (HL001)": (
+        "HL001",
+        """
+        def train_one_epoch(model, loader, optimizer, loss_scaler, device):
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.to(device, non_blocking=True), y)
+                loss_value = loss.item()
+                loss_scaler(loss, optimizer, parameters=model.parameters())
+        """,
+    ),
+    "save_on_master straight over checkpoint.pth every epoch (HL021)": (
+        "HL021",
+        """
+        import os, utils
+        def fit(model, loader, opt, args, device):
+            for epoch in range(args.epochs):
+                for x, y in loader:
+                    model(x.to(device, non_blocking=True)).sum().backward()
+                    opt.step()
+                utils.save_on_master({"model": model.state_dict()}, os.path.join(args.out, "checkpoint.pth"))
+        """,
+    ),
+    "a callback a trainer calls every batch saves in place (HL021)": (
+        "HL021",
+        """
+        def batch_end_callback(trainer):
+            if trainer.iter_num % 500 == 0:
+                torch.save(trainer.model.state_dict(), "model.pt")
+        trainer.set_callback("on_batch_end", batch_end_callback)
         """,
     ),
     "num_workers passed positionally (HL011)": (
