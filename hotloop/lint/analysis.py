@@ -43,6 +43,7 @@ GATE_WORDS = {
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
+EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 EVAL_FUNCTION = re.compile(r"^_*(val|eval|test|validate|evaluate)", re.I)
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -204,12 +205,18 @@ class ModuleInfo(KindModel):
     def _step_functions(self) -> set[str]:
         """Functions that take one training step: a backward/optimizer step not inside a loop of their own.
         (A function that loops over batches itself is an epoch function: its loop is the hot one.)"""
-        names = set()
-        for node in self.nodes:
-            if is_step_call(node) and self.enclosing_loop(node) is None:
-                fn = self.enclosing_function(node)
-                if isinstance(fn, FUNCS):
-                    names.add(fn.name)
+        names: set[str] = set()
+        calls = [n for n in self.nodes if isinstance(n, ast.Call)]
+        changed = True
+        while changed:  # transitively: run_step() -> optimize() -> opt.step() makes run_step a step too
+            changed = False
+            for node in calls:
+                is_step = is_step_call(node) or self.local_target(node) in names
+                if is_step and self.enclosing_loop(node) is None:
+                    fn = self.enclosing_function(node)
+                    if isinstance(fn, FUNCS) and fn.name not in names:
+                        names.add(fn.name)
+                        changed = True
         return names
 
     def _calls_step(self, node: ast.AST) -> bool:
@@ -250,6 +257,11 @@ class ModuleInfo(KindModel):
                 self.hot_functions.update(fns)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
+        epoch_fns |= {
+            call_name(n).split(".")[-1]
+            for n in self.nodes
+            if isinstance(n, ast.Call) and EPOCH_FUNCTION.match(call_name(n).split(".")[-1])
+        }  # `train_one_epoch` from another file
         if epoch_fns:
             for node in self.nodes:
                 if isinstance(node, ast.Call) and call_name(node).split(".")[-1] in epoch_fns:
@@ -278,7 +290,8 @@ class ModuleInfo(KindModel):
                     if hot and fn not in self.hot_functions and not self._is_outer(fn, c):
                         self.hot_functions.add(fn)
                         changed = True
-                    if training and fn not in self.train_functions and not EVAL_FUNCTION.match(fn.name):
+                    if (training and fn not in self.train_functions and not EVAL_FUNCTION.match(fn.name)
+                            and not self._is_outer(fn, c)):  # fmt: skip
                         self.train_functions.add(fn)
                         changed = True
 

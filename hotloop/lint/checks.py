@@ -24,7 +24,10 @@ from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 
-LOG_FUNCS = re.compile(r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error))$")
+LOG_FUNCS = re.compile(
+    r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
+    r"|\w*(meter|writer|tracker|run|wandb)\.(update|log|add_scalar|add_scalars)|\w*\.set_(description|postfix))$"
+)
 
 
 @dataclass
@@ -83,6 +86,8 @@ class Checker(StructureChecks):
                 self.inference_mode(node)
             elif isinstance(node, ast.JoinedStr):
                 self.fstring(node)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+                self.percent_format(node)
         if "LR" in src or "lr_scheduler" in src:
             self.schedulers()
         if "DistributedSampler" in src:
@@ -198,13 +203,18 @@ class Checker(StructureChecks):
         mi, name, meth, raw = self.mi, self.mi.call_name(c), method_name(c), call_name(c)
         hot = mi.in_hot(c)
         base = name.split(".")[-1]
+        if not hot and meth in ("to", "cuda") and isinstance(c.func, ast.Attribute) and self._in_getitem(c):
+            self.transfer(c, per_sample=True)
         if hot:
             if meth == "item" and not c.args and self.kind(c.func.value) != "scalar":  # type: ignore[attr-defined]
                 self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
                 self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
             if LOG_FUNCS.match(raw):
-                shown = next((a for a in c.args if self.tensor(a)), None)
+                values = [a.value if isinstance(a, ast.Starred) else a for a in c.args]
+                values += [k.value for k in c.keywords]
+                values += [v for a in values if isinstance(a, ast.Dict) for v in a.values]
+                shown = next((a for a in values if self.tensor(a)), None)
                 if shown is not None:
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
             if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere") or (
@@ -242,7 +252,8 @@ class Checker(StructureChecks):
         if mi.in_training_loop(c):
             if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
-            if ((name == "torch.save" or name.endswith("save_on_master")) and not self._replaced_atomically(c)
+            if ((name == "torch.save" or name.endswith("save_on_master")) and self._checkpoint_payload(c)
+                    and not self._replaced_atomically(c)
                     and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
             if meth == "append" and c.args and mi.in_hot(c):
@@ -284,7 +295,12 @@ class Checker(StructureChecks):
                          "" if edit else "zero_grad has other arguments or spans lines: drop `set_to_none=False` by "
                          "hand")  # fmt: skip
 
-    def transfer(self, c: ast.Call) -> None:
+    def _in_getitem(self, c: ast.Call) -> bool:
+        """Inside a Dataset's `__getitem__`: run by the DataLoader for every sample of every batch."""
+        fn = self.mi.enclosing_function(c)
+        return isinstance(fn, ast.FunctionDef) and fn.name == "__getitem__"
+
+    def transfer(self, c: ast.Call, per_sample: bool = False) -> None:
         recv = c.func.value  # type: ignore[attr-defined]
         rname = dotted(recv)
         if rname and MODEL_NAME.search(rname.split(".")[-1]):
@@ -306,7 +322,12 @@ class Checker(StructureChecks):
             return
         if self._cpu_branch(c) or not (self.tensor(recv) or self.kind(recv) is None and self._device_target(c)):
             return
-        target = ast.unparse(c.args[0] if c.args else getattr(_kw(c, "device"), "value", c))
+        target_node = c.args[0] if c.args else getattr(_kw(c, "device"), "value", c)
+        target = ast.unparse(target_node)
+        if isinstance(target_node, ast.Name):  # `device = accelerator.device` ... `.to(device)`
+            fn = self.mi.enclosing_function(c)
+            target += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
+                               and any(target_node.id in target_names(t) for t in n.targets))  # fmt: skip
         if re.search(r"accelerator|fabric", target) and re.search(r"\.prepare\(|setup_dataloaders\(", self.mi.source):
             return  # a prepared loader already yields batches on the device: this .to() copies nothing
         end = c.end_col_offset or 0
@@ -318,6 +339,11 @@ class Checker(StructureChecks):
             edit.what = f"`{_src(c)}`: `non_blocking=True` added"
         else:
             no_fix = "the call spans several lines (or its source could not be located)"
+        if per_sample:
+            self.add("HL012", c, f"`{_src(c)}` in `__getitem__` copies every sample to the device, blocking; return "
+                     "host tensors and move the collated batch (pin_memory=True, non_blocking=True)", None,
+                     "a copy per sample: move the batch instead")  # fmt: skip
+            return
         self.add("HL012", c, f"`{_src(c)}` copies to the device without `non_blocking=True`: the host blocks", edit,
                  no_fix)  # fmt: skip
 
@@ -342,7 +368,7 @@ class Checker(StructureChecks):
         if c.func.attr == "cuda":  # type: ignore[attr-defined]
             return True
         target = c.args[0] if c.args else getattr(_kw(c, "device"), "value", None)
-        return target is not None and bool(re.search(r"device|cuda|rank", ast.unparse(target), re.I))
+        return target is not None and bool(re.search(r"device|cuda|rank|\bdev\b", ast.unparse(target), re.I))
 
     def _cpu_branch(self, node: ast.AST) -> bool:
         """Under `if device_type == 'cuda': ... else:` (or `if device == 'cpu':`): not the CUDA path."""
@@ -375,6 +401,19 @@ class Checker(StructureChecks):
             )  # fmt: skip
         return False
 
+    def _checkpoint_payload(self, c: ast.Call) -> bool:
+        """What is saved looks like training state (weights, optimizer, a checkpoint dict), not evaluation
+        statistics or a tensor of results: only losing a checkpoint costs a run."""
+        if not c.args:
+            return True
+        text = ast.unparse(c.args[0])
+        if isinstance(c.args[0], ast.Name):
+            fn = self.mi.enclosing_function(c)
+            text += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
+                             and any(c.args[0].id in target_names(t) for t in n.targets))  # fmt: skip
+        return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
+                              re.I))  # fmt: skip
+
     def _fresh_copy_beside(self, c: ast.Call) -> bool:
         """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only
         the latest alias of a per-epoch copy, so a torn write loses nothing."""
@@ -406,11 +445,23 @@ class Checker(StructureChecks):
         if self.kind(test) == "scalar":
             return
         if self.tensor(test) or any(
-            isinstance(n, ast.Call) and self.mi.call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
+            isinstance(n, ast.Call)
+            and self.mi.call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
+            or isinstance(n, ast.Call)
+            and call_name(n) in ("any", "all")
+            and n.args
+            and isinstance(n.args[0], ast.GeneratorExp)
+            and self._reads_tensors(n.args[0])
             for n in ast.walk(test)
         ):
             kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
             self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
+
+    def _reads_tensors(self, gen: ast.GeneratorExp) -> bool:
+        """`any(not torch.isfinite(p.grad).all() for p in params)`: Python truth-tests a tensor per element."""
+        elt = gen.elt.operand if isinstance(gen.elt, ast.UnaryOp) else gen.elt
+        return self.mi.kind(elt, self.mi.function_info(gen), comp=gen) == "tensor" or (
+            isinstance(elt, ast.Call) and self.mi.call_name(elt).startswith("torch."))  # fmt: skip
 
     def subscript(self, node: ast.Subscript) -> None:
         if not self.mi.in_hot(node) or isinstance(node.ctx, ast.Store):
@@ -497,6 +548,19 @@ class Checker(StructureChecks):
             if isinstance(v, ast.FormattedValue) and self.tensor(v.value):
                 self.add("HL002", node, "f-string formats a tensor (a host read) every step")
                 return
+
+    def percent_format(self, node: ast.BinOp) -> None:
+        """`"%.4g" % loss` / `fmt % (epoch, *mloss)`: %-formatting a tensor reads it, like an f-string."""
+        left = node.left
+        is_str = isinstance(left, ast.Constant) and isinstance(left.value, str) or isinstance(left, ast.BinOp) and any(
+            isinstance(x, ast.Constant) and isinstance(x.value, str) for x in ast.walk(left))  # fmt: skip
+        if not is_str or not self.mi.in_hot(node):
+            return
+        values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        values = [v.value if isinstance(v, ast.Starred) else v for v in values]
+        shown = next((v for v in values if self.tensor(v)), None)
+        if shown is not None:
+            self.add("HL002", node, f"%-formatting the tensor `{_src(shown)}` reads it on the host every step")
 
     def closure(self, fn: ast.AST) -> None:
         loop = self.mi.enclosing_loop(fn)

@@ -172,7 +172,7 @@ class KindModel:
             args = it.args if self.call_name(it) == "zip" else [None, *it.args]  # type: ignore[attr-defined]
             pairs = list(zip(args, target.elts, strict=False))
         for src, tgt in pairs:
-            if src is None:
+            if src is None or isinstance(src, ast.Call) and method_name(src) in ("numpy", "tolist"):  # numpy data
                 out.update(dict.fromkeys(target_names(tgt), "scalar"))
             elif isinstance(src, ast.Name) and isinstance(tgt, ast.Name) and self.kind(src, info) == "tensor":
                 out[tgt.id] = "tensor"
@@ -189,6 +189,15 @@ class KindModel:
                             and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
                         return True
             child, n = n, self.parent.get(n)  # type: ignore[attr-defined]
+        return False
+
+    def _tensor_values(self, e: ast.expr, info: FunctionInfo) -> bool:
+        """`d.values()` of a dict of tensors, or a comprehension over one."""
+        if isinstance(e, ast.Call) and method_name(e) in ("values", "items") and isinstance(e.func, ast.Attribute):
+            return self.kind(e.func.value, info) == "tensor"
+        if isinstance(e, (ast.GeneratorExp, ast.ListComp)):
+            return any(self._tensor_values(g.iter, info) for g in e.generators) or self.kind(
+                e.elt, info, comp=e) == "tensor"  # fmt: skip
         return False
 
     def _module_instance(self, name: str) -> bool:
@@ -283,6 +292,8 @@ class KindModel:
                     return k
         if isinstance(e, (ast.Constant, ast.JoinedStr)):
             return "scalar"
+        if isinstance(e, ast.DictComp) and any(self._tensor_values(g.iter, info) for g in e.generators):
+            return "tensor"  # `{k: v * w[k] for k, v in losses.items()}`: a dict of tensors, indexed like one
         if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
             return None
         if isinstance(e, ast.Name):
@@ -364,6 +375,10 @@ class KindModel:
                 return k
         if base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper():
             return "tensor"
+        if re.search(r"reduce|gather|all_reduce", base) and any(self.kind(a, info) == "tensor" for a in e.args):
+            return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks
+        if name == "sum" and e.args and self._tensor_values(e.args[0], info):
+            return "tensor"  # Python sum of tensors is a tensor
         if isinstance(e.func, ast.Name) and self._module_instance(e.func.id):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
         return None

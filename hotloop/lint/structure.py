@@ -76,16 +76,24 @@ class StructureChecks:
             return True
         fn = self.mi.enclosing_function(c)
         seen: set[str] = set()
-        todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]  # `path = f"ckpt_{epoch}.pt"`, two deep
+        todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        for w in walk_local(fn):  # `with open(path, "wb") as f: torch.save(state, f)`: the path is the target
+            if isinstance(w, ast.With):
+                for item in w.items:
+                    if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
+                        text += " " + ast.unparse(item.context_expr)
+                        todo += [
+                            n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)
+                        ]  # `path = f"ckpt_{epoch}.pt"`, two deep
         for _ in range(2):
             found = []
             for name in set(todo) - seen:
                 seen.add(name)
                 values = [n.value for n in walk_local(fn) if isinstance(n, ast.Assign)
                           and any(name in target_names(t) for t in n.targets)]  # fmt: skip
-                if len(values) == 1:
-                    text += " " + ast.unparse(values[0])
-                    found += [n.id for n in ast.walk(values[0]) if isinstance(n, ast.Name)]
+                for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
+                    text += " " + ast.unparse(v)
+                    found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
             todo = found
         if re.search(r"BytesIO\(", text):
             return True
@@ -214,7 +222,8 @@ class StructureChecks:
         no_grad must come from a `with` around it (or the function's decorator), eval() from above it."""
         it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and loop.iter.args else loop.iter
         name = dotted(it).split(".")[-1]
-        if not re.search(r"(eval|val|valid|test|dev).*(loader|data)|(loader|data).*(eval|val|test)", name, re.I):
+        name = dotted(it) or ast.unparse(loop.iter)
+        if not re.search(r"(eval|val|valid|test)\w*(loader|data|dl)|(loader|data|dl)\w*(eval|val|test)", name, re.I):
             return
         fn = self.mi.enclosing_function(loop)
         if re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I):
@@ -348,8 +357,10 @@ class StructureChecks:
             return True  # the gradients are scaled before the step (`p.grad.mul_(1 / n)`): the same effect
         """Divided (or scaled) where it is made: inline, by an assignment in the function, or in the return
         of the same-file function that computes it."""
-        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Div, ast.Mult)):
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Div):
             return True
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):  # `loss * (1 / n)`, not `loss * loss_scale`
+            return not re.search(r"scale", ast.unparse(e), re.I)
         if isinstance(e, ast.IfExp):  # `loss / n if n > 1 else loss`
             return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
         if isinstance(e, ast.Call):

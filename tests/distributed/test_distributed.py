@@ -157,6 +157,8 @@ COUNT_SCRIPT = textwrap.dedent("""
     if dist.get_rank() == 0:
         json.dump({"calls": calls["n"], "steps": trainer.state.step,
                    "groups": 1 + len(trainer.model.blocks)}, open(out, "w"))
+    dist.barrier()
+    dist.destroy_process_group()  # gloo's threads are joined before exit (else a rank can abort at teardown)
 """)
 
 

@@ -235,6 +235,45 @@ QUIET = {
                 validate(model, val_loader, device)
         """,
     ),
+    "saving evaluation statistics is not a checkpoint (HL021)": (
+        "HL021",
+        """
+        def fit(model, loader, opt, evaluator, out, device):
+            for epoch in range(3):
+                for x, y in loader:
+                    model(x.to(device, non_blocking=True)).sum().backward()
+                    opt.step()
+                torch.save(evaluator.stats, out / "eval" / "latest.pth")
+        """,
+    ),
+    "a checkpoint opened by name with the step in it is a new file (HL021)": (
+        "HL021",
+        """
+        def fit(model, loader, opt, device):
+            for step, (x, y) in enumerate(loader):
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+                if step % 1000 == 0:
+                    name = f"model{step:06d}.pt"
+                    with open(name, "wb") as f:
+                        torch.save(model.state_dict(), f)
+        """,
+    ),
+    "numpy values logged per timestep are Python numbers (HL001/HL002)": (
+        "HL001",
+        """
+        def log_losses(ts, losses, logger):
+            for sub_t, sub_loss in zip(ts.cpu().numpy(), losses.detach().cpu().numpy()):  # noqa: HL007
+                quartile = int(4 * sub_t / 1000)
+                logger.logkv_mean(f"q{quartile}", sub_loss)
+        def train(model, loader, opt, logger, device):
+            for x, t in loader:
+                losses = model(x.to(device, non_blocking=True), t)
+                log_losses(t, losses, logger)
+                losses.mean().backward()
+                opt.step()
+        """,
+    ),
 }
 
 REPORTED = {
@@ -379,6 +418,81 @@ REPORTED = {
             if trainer.iter_num % 500 == 0:
                 torch.save(trainer.model.state_dict(), "model.pt")
         trainer.set_callback("on_batch_end", batch_end_callback)
+        """,
+    ),
+    "a logger's update() handed device tensors reads each (HL002)": (
+        "HL002",
+        """
+        def train(model, criterion, loader, opt, metric_logger, device):
+            for x, y in loader:
+                loss_dict = criterion(model(x.to(device, non_blocking=True)), y)
+                losses = sum(loss_dict.values())
+                losses.backward()
+                opt.step()
+                metric_logger.update(loss=losses, **loss_dict)
+        """,
+    ),
+    "%-formatting a tensor for a progress bar every step (HL002)": (
+        "HL002",
+        """
+        def train(model, loader, opt, pbar, device):
+            mloss = torch.zeros(3, device=device)
+            for i, (x, y) in enumerate(loader):
+                loss, items = model(x.to(device, non_blocking=True), y)
+                loss.backward()
+                opt.step()
+                mloss = (mloss * i + items) / (i + 1)
+                pbar.set_description(("%10s" + "%10.4g" * 3) % (f"{i}", *mloss))
+        """,
+    ),
+    "a Dataset copying each sample to the GPU in __getitem__ (HL012)": (
+        "HL012",
+        """
+        class Samples(torch.utils.data.Dataset):
+            def __init__(self, data, device):
+                self.data, self.device = data, device
+            def __getitem__(self, i):
+                return self.data[i].to(self.device)
+        """,
+    ),
+    "any() over per-parameter finiteness reads one value per parameter (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt, device):
+            for x, y in loader:
+                model(x.to(device, non_blocking=True)).sum().backward()
+                if any(not torch.isfinite(p.grad).all() for p in model.parameters()):
+                    continue
+                opt.step()
+        """,
+    ),
+    "a step reached through helpers makes the caller's loop hot (HL001)": (
+        "HL001",
+        """
+        class Loop:
+            def run_loop(self):
+                while self.step < 1000:
+                    self.run_step(next(self.data))
+            def run_step(self, batch):
+                self.forward_backward(batch)
+                self.optimize()
+            def forward_backward(self, batch):
+                loss = self.model(batch.to(self.device, non_blocking=True))
+                loss.backward()
+                self.last = loss.item()
+            def optimize(self):
+                self.opt.step()
+        """,
+    ),
+    "multiplying by the loss scale is not dividing by the accumulation (HL016)": (
+        "HL016",
+        """
+        def train(model, loader, opt, micro, loss_scale, device):
+            for step, batch in enumerate(loader):
+                for i in range(0, len(batch), micro):
+                    loss = model(batch[i:i + micro].to(device, non_blocking=True)).mean()
+                    (loss * loss_scale).backward()
+                opt.step()
         """,
     ),
     "num_workers passed positionally (HL011)": (
