@@ -126,7 +126,8 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
             )
             continue
         where = f"{os.path.basename(s['file'])}:{s['line']} `{s['op']}`"
-        if s["frequency"].endswith("every step") or (s["per_step"] or 0) >= 0.5:
+        periodic = s["frequency"].startswith("every") and not s["frequency"].endswith("every step")
+        if s["frequency"].endswith("every step") or not periodic and (s["per_step"] or 0) >= 0.5:
             fix = READ_FIX.get(s["op"], "move it behind a log boundary or keep it on the device")
             recs.append({"rule": "HL001", "message": f"{where} {s['frequency']}: a host-device sync in every step; "
                          f"{fix}", "evidence": f"{s['count']} reads in {steps} steps"})  # fmt: skip

@@ -60,7 +60,9 @@ def is_step_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     args = [dotted(a) for a in [*node.args, *(k.value for k in node.keywords)]]
-    if any(re.search(r"(^|\.)(optimizer|optim|opt)$", a) for a in args) and any(re.search(r"loss", a) for a in args):
+    if any(re.search(r"(^|\.)(optimizer|optim|opt)$", a) for a in args) and any(
+        re.search(r"(^|\.|_)loss(es)?$", a) for a in args
+    ):  # a loss *value* (not `train_loss_fn`) and the optimizer: the helper backpropagates and steps
         return True
     if not isinstance(node.func, ast.Attribute):
         return False
@@ -90,10 +92,10 @@ def is_gate(test: ast.expr) -> bool:
     return False
 
 
-def _terminal(stmt: ast.stmt) -> bool:
-    """A statement after which the loop does not go on: raise, return, break, sys.exit()/exit()/quit().
-    A block ending so runs once, not every step."""
-    if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
+def _terminal(stmt: ast.stmt, loop: bool) -> bool:
+    """A statement after which the hot loop does not go on: raise, sys.exit()/exit()/quit(), and - when the
+    hot region is a loop, not a function called every step - return and break. Such a block runs once."""
+    if isinstance(stmt, ast.Raise) or loop and isinstance(stmt, (ast.Return, ast.Break)):
         return True
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in (
         "sys.exit", "exit", "quit", "os._exit")  # fmt: skip
@@ -183,6 +185,32 @@ class ModuleInfo(KindModel):
         if not full or full.split(".")[0] not in ("torch", "time", "numpy", "math"):
             return name
         return f"{full}.{rest}" if rest else full
+
+    def cli_default(self, e: ast.expr) -> object:
+        """The default of `args.<name>` from this module's `add_argument("--name", default=...)` (store_true:
+        False, store_false: True); `...` when unknown."""
+        if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)):
+            return ...
+        cache = self.__dict__.setdefault("_cli", None)
+        if cache is None:
+            cache = self._cli = {}
+            for n in self.nodes:
+                if isinstance(n, ast.Call) and method_name(n) == "add_argument" and n.args:
+                    flags = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                    kws = {k.arg: k.value for k in n.keywords if k.arg}
+                    if "default" in kws and isinstance(kws["default"], ast.Constant):
+                        value = kws["default"].value
+                    elif isinstance(kws.get("action"), ast.Constant) and kws["action"].value in (
+                        "store_true",
+                        "store_false",
+                    ):
+                        value = kws["action"].value == "store_false"
+                    else:
+                        continue
+                    for f in flags:
+                        cache[kws["dest"].value if isinstance(kws.get("dest"), ast.Constant) else
+                              f.lstrip("-").replace("-", "_")] = value  # fmt: skip
+        return cache.get(e.attr, ...)
 
     def call_name(self, call: ast.Call) -> str:
         return self._resolve(dotted(call.func), self.aliases)
@@ -335,24 +363,48 @@ class ModuleInfo(KindModel):
             if n is fn:
                 return True
             n = self.parent.get(n)
-        return any(self.enclosing_function(loop) is fn for loop in self.hot_loops)
+        holds_loop = any(self.enclosing_function(loop) is fn for loop in self.hot_loops)
+        return holds_loop and not self.in_hot(call)  # an epoch function, called from outside every hot region
 
     def is_update_gate(self, node: ast.If) -> bool:
-        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary."""
-        if UPDATE_GATE.search(ast.unparse(node.test)):
+        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary. A test
+        naming a log/eval boundary (`not is_accumulating and step % eval.interval == 0`) is a boundary."""
+        if any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
+               if isinstance(n, ast.Call)):  # fmt: skip
             return True
-        return any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
-                   if isinstance(n, ast.Call))  # fmt: skip
+        names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
+                 if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
+        if any(gate_word(x) for x in names):
+            return False
+        return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
     def boundary_gate(self, node: ast.If) -> bool:
         return is_gate(node.test) and not self.is_update_gate(node)
 
+    def _after_early_exit(self, stmt: ast.AST, block: list[ast.stmt]) -> bool:
+        """`if not should_log: return` earlier in the same block: what follows runs at the boundary only."""
+        for s in block:
+            if s is stmt:
+                return False
+            if (isinstance(s, ast.If) and _negated(s.test) and is_gate(s.test) and s.body
+                    and isinstance(s.body[-1], (ast.Return, ast.Continue))):  # fmt: skip
+                return True
+        return False
+
     def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
         child, n = node, self.parent.get(node)
-        while n is not None and n is not stop:
+        while n is not None:
+            for field in ("body", "orelse"):
+                block = getattr(n, field, None)
+                if isinstance(block, list) and child in block and self._after_early_exit(child, block):
+                    return True
+            if n is stop:
+                return False
             if isinstance(n, ast.If) and child is not n.test:
                 branch = n.body if child in n.body else n.orelse
-                if branch and _terminal(branch[-1]):
+                inner_break = branch and isinstance(branch[-1], ast.Break) and self.enclosing_loop(n) is not stop
+                if branch and not inner_break and _terminal(branch[-1], isinstance(stop, (ast.For, ast.AsyncFor,
+                                                                                          ast.While))):  # fmt: skip
                     return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
             if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
                 branch = n.orelse if _negated(n.test) else n.body

@@ -250,15 +250,19 @@ class Checker(StructureChecks):
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):
                 self.add("HL025", c, "a new function is compiled every iteration: torch.compile recompiles")
         if mi.in_training_loop(c):
-            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and not self._deliberate(c):
+            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and hot and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
             if ((name == "torch.save" or name.endswith("save_on_master")) and self._checkpoint_payload(c)
                     and not self._replaced_atomically(c)
                     and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
-            if meth == "append" and c.args and mi.in_hot(c):
+            if meth == "append" and c.args and mi.in_hot(c) and not self._no_grad_here(c):
                 arg = c.args[0]
-                if isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript)) and self.tensor(arg):
+                if (
+                    isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript))
+                    and self.tensor(arg)
+                    and re.search(r"loss|logit|out|pred|score|prob|hidden|feat|embed|activ", ast.unparse(arg))
+                ):
                     self.add("HL019", c, "appending a tensor without `.detach()` keeps its autograd graph alive")
         if name in ("torch.tensor", "torch.as_tensor") and c.args and self.tensorish_iterable(c.args[0]):
             edit, no_fix = None, ""
@@ -287,6 +291,10 @@ class Checker(StructureChecks):
             self.dataloader(c)
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")
+            if kw is not None and not isinstance(kw.value, ast.Constant) and self.mi.cli_default(kw.value) is False:
+                self.add("HL013", c, f"`{_src(c)}`: `{_src(kw.value)}` defaults to False, so zeros are written into "
+                         "every gradient unless the flag is passed", None, "the value comes from a flag: change its "
+                         "default or drop the argument by hand")  # fmt: skip
             if kw is not None and isinstance(kw.value, ast.Constant) and kw.value.value is False:
                 edit = self._drop_kw(c, "set_to_none")
                 if edit is not None:
@@ -294,6 +302,17 @@ class Checker(StructureChecks):
                 self.add("HL013", c, f"`{_src(c)}` writes zeros into every gradient", edit,
                          "" if edit else "zero_grad has other arguments or spans lines: drop `set_to_none=False` by "
                          "hand")  # fmt: skip
+
+    def _no_grad_here(self, node: ast.AST) -> bool:
+        """Under `with torch.no_grad()`/`inference_mode()` or in a function decorated so: no graph to keep."""
+        n = self.mi.parent.get(node)
+        while n is not None:
+            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(n.items[0].context_expr)):
+                return True
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
+            n = self.mi.parent.get(n)
+        return False
 
     def _in_getitem(self, c: ast.Call) -> bool:
         """Inside a Dataset's `__getitem__`: run by the DataLoader for every sample of every batch."""
@@ -317,6 +336,8 @@ class Checker(StructureChecks):
                 return  # .to(torch.float16): a dtype cast
             if isinstance(target, ast.Constant) and target.value == "cpu":
                 return
+            if re.search(r"dtype", ast.unparse(target)) and not re.search(r"device", ast.unparse(c)):
+                return  # `.to(weight_dtype)`: a cast
         nb = _kw(c, "non_blocking")
         if nb is not None and not (isinstance(nb.value, ast.Constant) and not nb.value.value):
             return
@@ -328,7 +349,8 @@ class Checker(StructureChecks):
             fn = self.mi.enclosing_function(c)
             target += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
                                and any(target_node.id in target_names(t) for t in n.targets))  # fmt: skip
-        if re.search(r"accelerator|fabric", target) and re.search(r"\.prepare\(|setup_dataloaders\(", self.mi.source):
+        if re.search(r"accelerator|fabric|\w\.device", target) and re.search(r"\.prepare\(|setup_dataloaders\(",
+                                                                              self.mi.source):  # fmt: skip
             return  # a prepared loader already yields batches on the device: this .to() copies nothing
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)

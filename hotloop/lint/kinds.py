@@ -39,7 +39,8 @@ SCALAR_FUNCS = {
     "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple",
 }  # fmt: skip
 SCALAR_METHODS = READS | {"size", "dim", "numel", "__len__", "get_last_lr", "state_dict", "format", "join", "get_lr",
-                          "element_size", "nelement", "keys", "items", "values", "copy", "parse_args"}  # fmt: skip
+                          "element_size", "nelement", "keys", "items", "values", "copy", "parse_args", "decode",
+                          "startswith", "endswith", "split", "strip", "lower", "upper", "replace"}  # fmt: skip
 NOT_TENSOR_TORCH = re.compile(
     r"^torch\.(cuda|device|no_grad|distributed|compile|load|save|manual_seed|get_rng_state|set_grad_enabled|"
     r"is_tensor|is_grad_enabled|is_floating_point|autocast|amp|backends|utils|optim|nn\.(?!functional)|"
@@ -368,6 +369,8 @@ class KindModel:
         if meth == "get" and isinstance(e.func, ast.Attribute) and self.kind(e.func.value, info) == "scalar":
             return "scalar"
         base = name.split(".")[-1] if name else ""
+        if re.match(r"^_*(is|has|should|can|use)_", base):
+            return "scalar"  # a predicate: `is_compiled_module(m)` answers with a bool
         local = self.functions.get(base)  # type: ignore[attr-defined]
         if local and (name == base or name.startswith("self.")):
             k = self.return_kind(local[-1])

@@ -63,6 +63,27 @@ class StructureChecks:
             for n in walk_local(fn)
         )
 
+    def _caller_paths(self, fn: ast.AST, names: list[str]) -> str:
+        """The text of what same-file callers pass for the parameters in `names` (and how they built it)."""
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return ""
+        text = ""
+        params = [a.arg for a in fn.args.args]
+        params = params[1:] if params[:1] == ["self"] else params
+        for call in self.mi.calls_to.get(fn.name, []):
+            for i, p in enumerate(params):
+                arg = call.args[i] if i < len(call.args) else next((k.value for k in call.keywords if k.arg == p), None)
+                if arg is None or p not in names:
+                    continue
+                text += " " + ast.unparse(arg)
+                used = {x.id for x in ast.walk(arg) if isinstance(x, ast.Name)}
+                text += "".join(
+                    " " + ast.unparse(n.value)
+                    for n in walk_local(self.mi.enclosing_function(call))
+                    if isinstance(n, ast.Assign) and used & {t for x in n.targets for t in target_names(x)}
+                )
+        return text  # fmt: skip
+
     def _fresh_path(self, c: ast.Call) -> bool:
         """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
         if len(c.args) < 2:
@@ -77,14 +98,13 @@ class StructureChecks:
         fn = self.mi.enclosing_function(c)
         seen: set[str] = set()
         todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        text += self._caller_paths(fn, todo)
         for w in walk_local(fn):  # `with open(path, "wb") as f: torch.save(state, f)`: the path is the target
             if isinstance(w, ast.With):
                 for item in w.items:
                     if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
                         text += " " + ast.unparse(item.context_expr)
-                        todo += [
-                            n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)
-                        ]  # `path = f"ckpt_{epoch}.pt"`, two deep
+                        todo += [n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)]
         for _ in range(2):
             found = []
             for name in set(todo) - seen:
@@ -98,7 +118,7 @@ class StructureChecks:
         if re.search(r"BytesIO\(", text):
             return True
         formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
-        varying = re.compile(r"\b(epoch|ep|step|steps|global_step|iteration|iter|it|i|n_iter|batch_idx|e)\b", re.I)
+        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter", re.I)
         return any(varying.search(" ".join(g)) for g in formatted)
 
     def dataloader(self, c: ast.Call) -> None:
@@ -111,6 +131,8 @@ class StructureChecks:
         workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
             return
+        if self.mi.cli_default(workers_value) == 0:
+            return  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0
         pinned = "pin_memory" in kws or len(c.args) > 7
         missing = []
         if self.mi.uses_cuda and not pinned:
@@ -348,6 +370,10 @@ class StructureChecks:
                     self.add("HL016", n, f"`{src(target)}` is accumulated without dividing by the accumulation steps")
 
     def _divided(self, e: ast.expr, fn: ast.AST, depth: int = 0) -> bool:
+        if depth == 0 and any(
+            isinstance(n, ast.Call) and re.search(r"scale_grad", call_name(n)) for n in walk_local(fn)
+        ):
+            return True  # `scale_grads(model, 1 / num_tokens)`: normalised on the gradients
         if depth == 0 and any(
             isinstance(n, ast.Call) and method_name(n) in ("mul_", "div_") and ".grad" in ast.unparse(n.func)
             or isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult))

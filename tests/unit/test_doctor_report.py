@@ -64,7 +64,8 @@ def test_teacher_under_inference_mode_is_explained():
 
 
 def test_per_step_reads_come_first_and_boundary_reads_are_not_told_to_move():
-    reads = [{"file": "/t/train.py", "line": 50, "op": "item", "step": s} for s in range(0, 20, 5)]
+    # an evaluation every 5th step reading 4 values: more reads than every other step, still a boundary
+    reads = [{"file": "/t/train.py", "line": 50, "op": "item", "step": s} for s in range(0, 20, 5) for _ in range(4)]
     reads += [{"file": "/t/train.py", "line": 40, "op": "item", "step": s} for s in range(20)]
     reads += [{"file": "/t/train.py", "line": 30, "op": "__index__", "step": s, "host_only": True} for s in range(20)]
     rep = build_report(raw(steps=20, reads=reads))

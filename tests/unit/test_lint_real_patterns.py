@@ -274,6 +274,86 @@ QUIET = {
                 opt.step()
         """,
     ),
+    "an eval gate that also says not-accumulating is still an eval gate (HL001)": (
+        "HL001",
+        """
+        def fit(model, loader, opt, val, eval_interval, device):
+            for step, (x, y) in enumerate(loader):
+                is_accumulating = step % 4 != 0
+                model(x.to(device, non_blocking=True)).sum().backward()
+                if not is_accumulating:
+                    opt.step()
+                if not is_accumulating and step % eval_interval == 0:
+                    val_loss = validate(model, val)
+                    print(val_loss.item())
+        """,
+    ),
+    "after `if not should_log: return` only the log boundary runs (HL001)": (
+        "HL001",
+        """
+        def train_step(self, batch, should_log):
+            loss = self.model(batch.to(self.device, non_blocking=True))
+            loss.backward()
+            self.opt.step()
+            if not should_log:
+                return
+            self.logger.log({"loss": loss.item()})
+        """,
+    ),
+    "empty_cache in a validation-logging helper runs at the boundary (HL020)": (
+        "HL020",
+        """
+        def log_validation(pipeline, args):
+            images = pipeline(args.prompt)
+            torch.cuda.empty_cache()
+            return images
+        def train(model, loader, opt, args, device):
+            for step, x in enumerate(loader):
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+                if step % args.validation_steps == 0:
+                    log_validation(model, args)
+        """,
+    ),
+    "num_workers from a flag that defaults to 0 (HL011)": (
+        "HL011",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--dataloader_num_workers", type=int, default=0)
+        args = parser.parse_args()
+        x = torch.zeros(1).cuda()
+        loader = DataLoader(ds, batch_size=8, num_workers=args.dataloader_num_workers)
+        for epoch in range(3):
+            for b in loader:
+                pass
+        """,
+    ),
+    "predicates return bools, whatever they are asked about (HL005)": (
+        "HL005",
+        """
+        def train(model, text_encoder, loader, opt, device):
+            for x in loader:
+                if is_compiled_module(text_encoder):
+                    text_encoder = text_encoder._orig_mod
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+        """,
+    ),
+    "gradients normalised by scale_grads need no loss division (HL016)": (
+        "HL016",
+        """
+        def train(model, loader, opt, accum, device):
+            for step, batch in enumerate(loader):
+                num_tokens = 0
+                for i in range(accum):
+                    loss = model(batch.to(device, non_blocking=True)).sum()
+                    num_tokens += batch.numel()
+                    loss.backward()
+                scale_grads(model, 1 / num_tokens)
+                opt.step()
+        """,
+    ),
 }
 
 REPORTED = {
@@ -493,6 +573,36 @@ REPORTED = {
                     loss = model(batch[i:i + micro].to(device, non_blocking=True)).mean()
                     (loss * loss_scale).backward()
                 opt.step()
+        """,
+    ),
+    "zero_grad(set_to_none=args.flag) whose store_true flag defaults to False (HL013)": (
+        "HL013",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--set_grads_to_none", action="store_true")
+        args = parser.parse_args()
+        def train(model, loader, opt, device):
+            for x in loader:
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+                opt.zero_grad(set_to_none=args.set_grads_to_none)
+        """,
+    ),
+    "a return inside a helper called every step does not make its branch run once (HL024)": (
+        "HL024",
+        """
+        class T:
+            def forward_backward(self, batch):
+                if self.last_stage:
+                    loss = self.model(batch.to(self.device, non_blocking=True)).sum()
+                    loss.backward()
+                    return loss
+                return torch.tensor([-1.0], device=self.device)
+            def fit(self, loader):
+                for batch in loader:
+                    self.forward_backward(batch)
+                    self.optimizer.step()
         """,
     ),
     "num_workers passed positionally (HL011)": (
