@@ -38,8 +38,8 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
     "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
-    "generate", "visualize", "vis", "plot", "summary", "tensorboard", "wandb", "writer", "interval", "every",
-    "freq", "frequency", "profile", "profiling", "benchmark", "timing", "logs", "logger",
+    "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
+    "benchmark", "timing", "logs",
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
@@ -82,7 +82,13 @@ def gate_word(name: str) -> bool:
 
 
 def is_gate(test: ast.expr) -> bool:
+    """A periodic boundary: `%`, or a name that says log/eval/save/... - not an object's existence test
+    (`if log_writer is not None:` holds on every step of a run that has one)."""
+    existence = {id(x) for c in ast.walk(test) if isinstance(c, ast.Compare)
+                 and all(isinstance(op, (ast.Is, ast.IsNot)) for op in c.ops) for x in ast.walk(c)}  # fmt: skip
     for n in ast.walk(test):
+        if id(n) in existence:
+            continue
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
             return True
         if isinstance(n, ast.Name) and gate_word(n.id):
@@ -143,10 +149,32 @@ class ModuleInfo(KindModel):
         self.hot_functions: set[ast.AST] = set()
         self.train_functions: set[ast.AST] = set()
         self._find_hot()
-        self.uses_cuda = bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
-        # Code that never names a device runs on the CPU: its reads wait for nothing (sync rules skip it).
-        self.device_code = self.uses_cuda or bool(
-            re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source)
+        # Code that moves nothing to a device (a tutorial printing `device` but training on the CPU) is CPU code:
+        # its reads wait for nothing (the sync rules skip it) and its loaders need no pinned memory.
+        moves = any(
+            isinstance(n, ast.Call)
+            and (
+                method_name(n) in ("to", "cuda", "prepare", "setup", "backward")
+                and isinstance(n.func, ast.Attribute)
+                and method_name(n) != "backward"
+                or any(k.arg == "device" for k in n.keywords)
+            )
+            for n in self.nodes
+        ) or bool(
+            re.search(
+                r"^\s*(import|from)\s+(accelerate|lightning|"
+                r"pytorch_lightning|deepspeed|torch_xla)",
+                source,
+                re.M,
+            )
+        )
+        # `training_step` methods run on the trainer's device  # fmt: skip
+        moves = moves or "training_step" in source
+        self.uses_cuda = moves and bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
+        self.device_code = (
+            self.uses_cuda
+            or moves
+            and bool(re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
         )
 
     # -- names ----------------------------------------------------------------------------------
@@ -318,8 +346,7 @@ class ModuleInfo(KindModel):
                     if hot and fn not in self.hot_functions and not self._is_outer(fn, c):
                         self.hot_functions.add(fn)
                         changed = True
-                    if (training and fn not in self.train_functions and not EVAL_FUNCTION.match(fn.name)
-                            and not self._is_outer(fn, c)):  # fmt: skip
+                    if training and fn not in self.train_functions and not self._is_outer(fn, c):
                         self.train_functions.add(fn)
                         changed = True
 

@@ -26,7 +26,8 @@ from hotloop.lint.structure import src as _src
 
 LOG_FUNCS = re.compile(
     r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
-    r"|\w*(meter|writer|tracker|run|wandb)\.(update|log|add_scalar|add_scalars)|\w*\.set_(description|postfix))$"
+    r"|([\w.]*\.)?_?\w*(meter|writer|tracker|run|wandb|logger)\.(update|log|log_dict|add_scalar|add_scalars)"
+    r"|\w*\.set_(description|postfix))$"
 )
 
 
@@ -252,7 +253,8 @@ class Checker(StructureChecks):
         if mi.in_training_loop(c):
             if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and hot and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
-            if ((name == "torch.save" or name.endswith("save_on_master")) and self._checkpoint_payload(c)
+            if (self._save_helper_in_place(c) or (name == "torch.save" or name.endswith("save_on_master"))
+                    and self._checkpoint_payload(c)
                     and not self._replaced_atomically(c)
                     and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
@@ -287,7 +289,7 @@ class Checker(StructureChecks):
                 self.add("HL004", c, f"Python `{name}` over tensors compares/adds on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
-        if base == "DataLoader":
+        if base in ("DataLoader", "WebLoader", "StatefulDataLoader"):
             self.dataloader(c)
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")
@@ -422,6 +424,18 @@ class Checker(StructureChecks):
                 for n in walk_local(loop)
             )  # fmt: skip
         return False
+
+    def _save_helper_in_place(self, c: ast.Call) -> bool:
+        """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
+        epoch or step in any argument) writes the same file every time."""
+        base = self.mi.call_name(c).split(".")[-1]
+        if not re.fullmatch(r"save_(model|checkpoint|state|ckpt)", base) or self.mi.targets_of(c):
+            return False
+        args = [*c.args, *(k.value for k in c.keywords)]
+        fixed = [a for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        varying = any(re.search(r"epoch|step|iter", ast.unparse(a), re.I) and not isinstance(a, ast.Constant)
+                      for a in args)  # fmt: skip
+        return bool(fixed) and not varying
 
     def _checkpoint_payload(self, c: ast.Call) -> bool:
         """What is saved looks like training state (weights, optimizer, a checkpoint dict), not evaluation
@@ -585,6 +599,8 @@ class Checker(StructureChecks):
             self.add("HL002", node, f"%-formatting the tensor `{_src(shown)}` reads it on the host every step")
 
     def closure(self, fn: ast.AST) -> None:
+        if isinstance(fn, ast.Lambda) and isinstance(self.mi.parent.get(fn), ast.Call):
+            return  # `map(lambda t: ..., batch)`: consumed on the spot, nothing kept or re-created to speak of
         loop = self.mi.enclosing_loop(fn)
         if loop is None or loop not in self.mi.hot_loops or not self.mi.in_hot(fn):
             return

@@ -129,9 +129,12 @@ class KindModel:
                         value = ast.BinOp(left=ast.Name(id=dotted(n.target) or "_", ctx=ast.Load()), op=n.op,
                                           right=n.value)  # fmt: skip
                     kind = self.kind(value, info)
+                    placeholder = isinstance(value, ast.Constant) and value.value is None
                     for t in targets:
                         for name in target_names(t):
-                            history.setdefault(name, []).append((n.lineno, kind))
+                            history.setdefault(name, []).append((n.lineno, "none" if placeholder else kind))
+                            if placeholder:
+                                continue  # `x = None` (else `x = tensor`): says nothing about x
                             if kind == "tensor":
                                 info.tensors.add(name)
                                 info.scalars.discard(name)
@@ -178,6 +181,14 @@ class KindModel:
             elif isinstance(src, ast.Name) and isinstance(tgt, ast.Name) and self.kind(src, info) == "tensor":
                 out[tgt.id] = "tensor"
         return out
+
+    def _lambda_param(self, e: ast.Name) -> bool:
+        n = self.parent.get(e)  # type: ignore[attr-defined]
+        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if isinstance(n, ast.Lambda) and e.id in {a.arg for a in n.args.args}:
+                return True
+            n = self.parent.get(n)  # type: ignore[attr-defined]
+        return False
 
     def _narrowed_away(self, e: ast.Name) -> bool:
         """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
@@ -300,9 +311,11 @@ class KindModel:
         if isinstance(e, ast.Name):
             if self._narrowed_away(e):
                 return "scalar"
+            if self._lambda_param(e):
+                return "tensor" if TENSOR_NAME.search(e.id) else None  # `lambda t: t.cuda()`: not the outer t
             before = [k for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
-            if before:  # the assignment above the use decides: `x = meter.avg` ... `torch.tensor([x])` ... `x = t`
-                if before[-1] is not None:
+            if before and before[-1] != "none":  # the assignment above the use decides: `x = meter.avg` ...
+                if before[-1] is not None:  # `torch.tensor([x])` ... `x = t` below does not make it a tensor
                     return before[-1]
                 return "tensor" if TENSOR_NAME.search(e.id) else None
             if e.id in info.scalars and e.id not in info.tensors:

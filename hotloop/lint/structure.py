@@ -436,8 +436,22 @@ class StructureChecks:
                 elif kind == "epoch" and hot:
                     self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
 
+    def _conditions(self, node: ast.AST) -> set[str]:
+        """The flags (`args.distributed`) of the `if`s whose body holds `node`."""
+        out, child, n = set(), node, self.mi.parent.get(node)
+        while n is not None:
+            if isinstance(n, ast.If) and child in n.body:
+                out |= {dotted(x) for x in ast.walk(n.test) if isinstance(x, (ast.Name, ast.Attribute)) and dotted(x)}
+            child, n = n, self.mi.parent.get(n)
+        return out
+
     def samplers(self) -> None:
-        if "set_epoch(" in self.mi.source:
+        set_epochs = [n for n in self.mi.nodes if isinstance(n, ast.Call) and method_name(n) == "set_epoch"]
+        # set_epoch only under a flag (`if args.distributed:`) the sampler itself is built without: runs with
+        # the flag off (one process, DistributedSampler built anyway) repeat the order every epoch.
+        guards = set.intersection(*(self._conditions(c) for c in set_epochs)) if set_epochs else set()
+        guards = {g for g in guards if re.search(r"distributed|ddp|world|multi|gpu", g, re.I)}
+        if set_epochs and not guards:
             return
         for n in self.mi.nodes:
             if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == "DistributedSampler":
@@ -451,5 +465,11 @@ class StructureChecks:
                     + " ".join(k.arg or "" for k in getattr(parent, "keywords", []) if k.value is n)
                 )
                 if re.search(r"val|test|eval", where, re.I):
+                    continue
+                if guards:
+                    if guards & self._conditions(n):
+                        continue  # built under the same flag that calls set_epoch
+                    self.add("HL015", n, f"`{src(n)}` is built whatever `{sorted(guards)[0]}` is, but `set_epoch` is "
+                             f"only called when it is true: without it every epoch repeats the order")  # fmt: skip
                     continue
                 self.add("HL015", n, f"`{src(n)}` without `set_epoch(epoch)`: every epoch repeats the order")

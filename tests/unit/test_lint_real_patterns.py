@@ -354,6 +354,19 @@ QUIET = {
                 opt.step()
         """,
     ),
+    "a tutorial that prints `device` but trains on the CPU reads nothing from a device (HL001)": (
+        "HL001",
+        """
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        print(device)
+        def train(net, loader, opt):
+            for x, y in loader:
+                loss = F.cross_entropy(net(x), y)
+                loss.backward()
+                opt.step()
+                running = loss.item()
+        """,
+    ),
 }
 
 REPORTED = {
@@ -605,10 +618,67 @@ REPORTED = {
                     self.optimizer.step()
         """,
     ),
+    "a writer that exists is no log gate: its update reads every step (HL002)": (
+        "HL002",
+        """
+        def train(model, loader, opt, log_writer, mixup, device):
+            for x, y in loader:
+                out = model(x.to(device, non_blocking=True))
+                loss = F.cross_entropy(out, y)
+                loss.backward()
+                opt.step()
+                if mixup is None:
+                    class_acc = (out.argmax(-1) == y).float().mean()
+                else:
+                    class_acc = None
+                if log_writer is not None:
+                    log_writer.update(class_acc=class_acc, head="loss")
+        """,
+    ),
+    "a lambda's parameter is not the outer variable of the same name (HL012)": (
+        "HL012",
+        """
+        import time
+        def train(model, loader, opt):
+            for text, images in loader:
+                t = time.time()
+                text, images = map(lambda t: t.cuda(), (text, images))
+                model(text, images).backward()
+                opt.step()
+        """,
+    ),
+    "set_epoch only when distributed, the sampler built always (HL015)": (
+        "HL015",
+        """
+        def main(args, ds):
+            sampler = DistributedSampler(ds, shuffle=True)
+            loader = DataLoader(ds, sampler=sampler)
+            for epoch in range(args.epochs):
+                if args.distributed:
+                    loader.sampler.set_epoch(epoch)
+                train_one_epoch(loader)
+        """,
+    ),
+    "a save helper from another file given only a fixed name (HL021)": (
+        "HL021",
+        """
+        import utils
+        def main(model, loader, opt, args, device):
+            best = 0.0
+            for epoch in range(args.epochs):
+                for x, y in loader:
+                    model(x.to(device, non_blocking=True)).sum().backward()
+                    opt.step()
+                acc = evaluate(model)
+                if acc > best:
+                    utils.save_model(args=args, model=model, optimizer=opt, epoch="best")
+        """,
+    ),
     "num_workers passed positionally (HL011)": (
         "HL011",
         """
         device = "cuda"
+        w = torch.zeros(1).to(device)
         loader = DataLoader(ds, 64, True, None, None, 4)
         """,
     ),

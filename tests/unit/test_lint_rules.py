@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 def train(model, loader, optimizer, device, log_every=50):
     running = torch.zeros(())
     for step, (x, y) in enumerate(loader):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         out = model(x)
         loss = F.cross_entropy(out, y)
         loss.backward()
@@ -129,14 +130,15 @@ CASES = [
     # HL011
     (
         "HL011",
-        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\n"
+        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nw = torch.zeros(1).to(dev)\n"
         "l = DataLoader(ds, batch_size=8, num_workers=2, persistent_workers=True)\n",
         True,
     ),
     # no workers: the main thread loads; pinning there adds a copy, and there is nothing to keep alive
     (
         "HL011",
-        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nl = DataLoader(ds, batch_size=8)\n",
+        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nw = torch.zeros(1).to(dev)\n"
+        "l = DataLoader(ds, batch_size=8)\n",
         False,
     ),
     (
@@ -147,7 +149,7 @@ CASES = [
     ),
     (
         "HL011",
-        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\n"
+        "import torch\nfrom torch.utils.data import DataLoader\ndev = 'cuda'\nw = torch.zeros(1).to(dev)\n"
         "l = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True, persistent_workers=True)\n",
         False,
     ),
