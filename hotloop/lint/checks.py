@@ -429,10 +429,14 @@ class Checker(StructureChecks):
         """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
         epoch or step in any argument) writes the same file every time."""
         base = self.mi.call_name(c).split(".")[-1]
-        if not re.fullmatch(r"save_(model|checkpoint|state|ckpt)", base) or self.mi.targets_of(c):
+        local = bool(self.mi.targets_of(c))
+        if not re.fullmatch(r"save(_(model|checkpoint|state|ckpt|pretrained))?", base) or base == "save" and not local:
             return False
+        body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))
+        if local and (not re.search(r"save_state|save_pretrained|save_on_master", body) or "torch.save" in body):
+            return False  # a same-file helper with torch.save is checked inside; one that saves nothing is no save
         args = [*c.args, *(k.value for k in c.keywords)]
-        fixed = [a for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        fixed = [x for a in args for x in ast.walk(a) if isinstance(x, ast.Constant) and isinstance(x.value, str)]
         varying = any(re.search(r"epoch|step|iter", ast.unparse(a), re.I) and not isinstance(a, ast.Constant)
                       for a in args)  # fmt: skip
         return bool(fixed) and not varying

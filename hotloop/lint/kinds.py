@@ -131,6 +131,8 @@ class KindModel:
                     kind = self.kind(value, info)
                     placeholder = isinstance(value, ast.Constant) and value.value is None
                     for t in targets:
+                        if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):  # `self.cur_loss = l.item()`
+                            history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else kind))
                         for name in target_names(t):
                             history.setdefault(name, []).append((n.lineno, "none" if placeholder else kind))
                             if placeholder:
@@ -324,6 +326,9 @@ class KindModel:
         if isinstance(e, ast.Attribute):
             if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
                 return "scalar"
+            kinds = {k for _, k in info.history.get(dotted(e), ())} - {"none"}
+            if kinds:  # what this function assigns to `self.x` (anywhere in it: attributes outlive one call)
+                return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
             if CONFIG_NAME.match(dotted(e.value)):
                 return "scalar"  # `args.bce_loss`, `self.config.lr`: options, whatever their names
             base = self.kind(e.value, info)

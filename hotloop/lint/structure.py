@@ -228,7 +228,10 @@ class StructureChecks:
                 return
         elif any(is_step_call(n) for n in walk_local(fn)):
             return
-        src = ast.unparse(fn)
+        if any(isinstance(n, ast.Call) and re.search(r"(valid|val|eval|validation|test|predict)_step$", call_name(n))
+               and not self.mi.targets_of(n) for n in walk_local(fn)):  # fmt: skip
+            return  # a trainer's `valid_step` (another file) sets the mode and turns gradients off itself
+        src = ast.unparse(fn) + self._callee_source(fn)
         if not re.search(r"no_grad|inference_mode|set_grad_enabled", src) and not (
             calls and all(self._caller_has(c, "grad") for c in calls)
         ):
@@ -238,6 +241,19 @@ class StructureChecks:
         ):
             what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
+
+    def _callee_source(self, fn: ast.AST, depth: int = 2) -> str:
+        """The source of the same-file functions `fn` calls (two levels): `eval()` -> `eval_step()` holding the
+        `with torch.no_grad():` counts for `eval()`."""
+        if depth == 0:
+            return ""
+        out = ""
+        for n in walk_local(fn):
+            if isinstance(n, ast.Call):
+                for f in self.mi.targets_of(n):
+                    if f is not fn:
+                        out += "\n" + ast.unparse(f) + self._callee_source(f, depth - 1)
+        return out
 
     def inline_evaluation(self, loop: ast.For) -> None:
         """`for batch in eval_dataloader: outputs = model(**batch)` written inline (not in an `eval*` function):
@@ -348,8 +364,12 @@ class StructureChecks:
             elif isinstance(n, ast.With) and any(re.search(r"no_sync|no_backward_sync", ast.unparse(i.context_expr))
                                                  for i in n.items):  # fmt: skip
                 accumulating = True
-        if (not accumulating and isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
-                and call_name(loop.iter) == "range"
+        micro = isinstance(loop, ast.For) and (
+            isinstance(loop.iter, ast.Call)
+            and call_name(loop.iter) == "range"
+            or re.search(r"micro|(^|_)mbs?($|_)|chunk", ast.unparse(loop.target) + " " + ast.unparse(loop.iter))
+        )
+        if (not accumulating and micro
                 and not any(is_optimizer_step(x) for x in walk_local(loop))):  # fmt: skip
             outer = self.mi.parent.get(loop)
             while outer is not None and outer is not fn:

@@ -367,6 +367,40 @@ QUIET = {
                 running = loss.item()
         """,
     ),
+    "no_grad inside the same-file eval_step an evaluation calls (HL018)": (
+        "HL018",
+        """
+        class T:
+            def eval_step(self, batch):
+                with torch.no_grad():
+                    return self.model(batch)
+            def evaluate(self, loader):
+                self.model.eval()
+                for batch in loader:
+                    self.eval_step(batch)
+        """,
+    ),
+    "a trainer's valid_step from another file handles mode and gradients (HL018)": (
+        "HL018",
+        """
+        def validate(trainer, model, subsets):
+            for subset in subsets:
+                for sample in subset:
+                    trainer.valid_step(sample)
+        """,
+    ),
+    "an attribute assigned from .item() is a Python number (HL004)": (
+        "HL004",
+        """
+        class T:
+            def train_step(self, batch):
+                loss = self.model(batch.to(self.device, non_blocking=True))
+                loss.backward()
+                self.optimizer.step()
+                self.cur_train_loss = loss.item()  # noqa: HL001
+                self.min_train_loss = min(self.min_train_loss, self.cur_train_loss)
+        """,
+    ),
 }
 
 REPORTED = {
@@ -672,6 +706,36 @@ REPORTED = {
                 acc = evaluate(model)
                 if acc > best:
                     utils.save_model(args=args, model=model, optimizer=opt, epoch="best")
+        """,
+    ),
+    "micro-batches summed per optimizer step without dividing (HL016)": (
+        "HL016",
+        """
+        def learn(model, loader, opt, accelerator, num_mb):
+            for minibatch in loader:
+                for microbatch in minibatch:
+                    loss = model(microbatch)
+                    accelerator.backward(loss)
+                opt.step()
+                opt.zero_grad()
+        """,
+    ),
+    "a best checkpoint saved in place through save_state (HL021)": (
+        "HL021",
+        """
+        import os
+        class T:
+            def save(self, directory):
+                self.accelerator.save_state(directory)
+            def learn(self, loader):
+                best = -1.0
+                for epoch in range(10):
+                    for batch in loader:
+                        self.accelerator.backward(self.model(batch))
+                        self.opt.step()
+                    reward = self.evaluate()
+                    if reward > best:
+                        self.save(os.path.join(self.ckpt_dir, "best_checkpoint"))
         """,
     ),
     "num_workers passed positionally (HL011)": (
