@@ -217,3 +217,59 @@ def test_doctor_keeps_compile_active(tmp_path, record_property):
     report = json.loads((tmp_path / "r.json").read_text())
     record_property("figure", f"graphs compiled under doctor: {graphs}")
     assert (graphs and graphs[0] >= 1) or "compile" in json.dumps(report).lower()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_activation_checkpointing_peak_memory(dtype, record_property):
+    """Issue 16 on CUDA: the peak of one forward+backward of the GPU-sized gpt recipe model with each mode."""
+    import copy
+
+    from hotloop.config import GPTConfig
+    from hotloop.memory import apply_activation_checkpointing
+    from hotloop.recipes.gptmodel import GPT
+
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.1)).cuda()
+    x = torch.randint(0, 256, (32, 256), device="cuda")
+    y = torch.randint(0, 256, (32, 256), device="cuda")
+    peak = {}
+    for mode in ("none", "full", "selective"):
+        model = copy.deepcopy(base)
+        apply_activation_checkpointing(model, mode)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            loss = model(x, y)
+        loss.backward()
+        torch.cuda.synchronize()
+        peak[mode] = (torch.cuda.max_memory_allocated() - before) / 2**20
+        del model, loss
+    record_property("figure", ", ".join(f"{m} {v:.0f} MiB" for m, v in peak.items()))
+    assert peak["full"] < peak["selective"] <= peak["none"], peak
+
+
+def test_async_checkpoint_host_buffers_are_pinned_and_reused(tmp_path, record_property):
+    """Issue 16 on CUDA: the background save's host copy goes into pinned buffers, the same ones every save,
+    and the step loop pays for the copy only (ckpt_block_s against a synchronous save)."""
+    from hotloop.checkpointer import _to_host
+
+    pool: dict = {}
+    state = {"w": torch.randn(1024, 1024, device="cuda"), "opt": {"m": torch.zeros(4096, device="cuda")}}
+    first = _to_host(state, pool)
+    torch.cuda.synchronize()
+    ptrs = {k: v.data_ptr() for k, v in pool.items()}
+    state["w"].add_(1)
+    second = _to_host(state, pool)
+    torch.cuda.synchronize()
+    assert all(v.is_pinned() for v in pool.values())
+    assert {k: v.data_ptr() for k, v in pool.items()} == ptrs and first["w"].data_ptr() == second["w"].data_ptr()
+    assert torch.equal(second["w"], state["w"].cpu())
+    blocked = {}
+    for background in (True, False):
+        cfg = _cfg(tmp_path / str(background), max_steps=40, ckpt_every=10, async_checkpoint=background)
+        t = Trainer(Regressor(), cfg).fit(regression_data(2048))
+        blocked[background] = [r["ckpt_block_s"] for r in t.history if "ckpt_block_s" in r]
+    record_property("figure", f"ckpt_block_s async {blocked[True]} vs sync {blocked[False]}")
+    assert blocked[True] and blocked[False]
