@@ -39,7 +39,7 @@ GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
     "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
-    "benchmark", "timing", "logs",
+    "benchmark", "timing", "logs", "metric", "metrics", "console",
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
@@ -169,7 +169,15 @@ class ModuleInfo(KindModel):
             )
         )
         # `training_step` methods run on the trainer's device  # fmt: skip
-        moves = moves or "training_step" in source
+        moves = (
+            moves
+            or "training_step" in source
+            or bool(
+                re.search(
+                    r"DistributedDataParallel|FullyShardedDataParallel|fully_shard\(|device_ids|['\"]nccl['\"]", source
+                )
+            )
+        )
         self.uses_cuda = moves and bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
         self.device_code = (
             self.uses_cuda

@@ -163,12 +163,24 @@ class KindModel:
         """What a loop binds: batches of a loader are tensors (its `enumerate` index an int); `range` binds ints;
         iterating a tensor binds tensors (also inside `zip(...)`/`enumerate(...)`, position by position)."""
         it, target = n.iter, n.target
+        if isinstance(it, ast.Name):  # `data_iter = enumerate(loader)` ... `for i, (x, y) in data_iter:`
+            made = [a.value for a in self.walk_local(info.node) if isinstance(a, ast.Assign)  # type: ignore[attr-defined]
+                    and any(it.id in target_names(t) for t in a.targets)]  # fmt: skip
+            if len(made) == 1 and isinstance(made[0], ast.Call) and self.call_name(made[0]) in ("enumerate", "zip"):  # type: ignore[attr-defined]
+                it = made[0]
         out: dict[str, str | None] = {name: None for name in target_names(target)}
         if self._iterates_data(it):
             if (isinstance(it, ast.Call) and self.call_name(it) == "enumerate"  # type: ignore[attr-defined]
                     and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip
                 out.update(dict.fromkeys(target_names(target.elts[0]), "scalar"))
                 target = target.elts[1]
+            if (isinstance(it, ast.Call) and self.call_name(it) == "zip" and isinstance(target, ast.Tuple)  # type: ignore[attr-defined]
+                    and len(target.elts) == len(it.args)):  # fmt: skip
+                for a, t in zip(it.args, target.elts, strict=True):  # `zip(loader, range(n))`: position by position
+                    is_range = isinstance(a, ast.Call) and self.call_name(a) == "range"  # type: ignore[attr-defined]
+                    kind = "tensor" if self._iterates_data(a) else ("scalar" if is_range else None)
+                    out.update(dict.fromkeys(target_names(t), kind))
+                return out
             out.update(dict.fromkeys(target_names(target), "tensor"))
             return out
         if isinstance(it, ast.Call) and self.call_name(it) == "range":  # type: ignore[attr-defined]
@@ -210,6 +222,10 @@ class KindModel:
         if isinstance(e, ast.Call) and method_name(e) in ("values", "items") and isinstance(e.func, ast.Attribute):
             return self.kind(e.func.value, info) == "tensor"
         if isinstance(e, (ast.GeneratorExp, ast.ListComp)):
+            bound = {n for g in e.generators for n in target_names(g.target)}
+            if isinstance(e.elt, ast.Name) and e.elt.id in bound:  # `sum(v for v in d.values())`: what d holds
+                return any(self._tensor_values(g.iter, info) or self.kind(g.iter, info) == "tensor"
+                           for g in e.generators) or bool(self.comp_tensors(e, info) & {e.elt.id})  # fmt: skip
             return any(self._tensor_values(g.iter, info) for g in e.generators) or self.kind(
                 e.elt, info, comp=e) == "tensor"  # fmt: skip
         return False
@@ -306,8 +322,12 @@ class KindModel:
                     return k
         if isinstance(e, (ast.Constant, ast.JoinedStr)):
             return "scalar"
-        if isinstance(e, ast.DictComp) and any(self._tensor_values(g.iter, info) for g in e.generators):
-            return "tensor"  # `{k: v * w[k] for k, v in losses.items()}`: a dict of tensors, indexed like one
+        if isinstance(e, ast.DictComp):  # `{k: v * w[k] for k, v in losses.items()}`: indexed like a tensor
+            value = self.kind(e.value, info, comp=e)
+            if value == "scalar":
+                return "scalar"  # `{k: v.item() for ...}` holds numbers
+            if any(self._tensor_values(g.iter, info) for g in e.generators):
+                return "tensor"
         if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
             return None
         if isinstance(e, ast.Name):
@@ -394,7 +414,8 @@ class KindModel:
             k = self.return_kind(local[-1])
             if k is not None:
                 return k
-        if base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper():
+        if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
+                and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$", base)):  # fmt: skip
             return "tensor"
         if re.search(r"reduce|gather|all_reduce", base) and any(self.kind(a, info) == "tensor" for a in e.args):
             return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks

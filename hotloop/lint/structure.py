@@ -105,7 +105,7 @@ class StructureChecks:
                     if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
                         text += " " + ast.unparse(item.context_expr)
                         todo += [n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)]
-        for _ in range(2):
+        for _ in range(3):  # `iterstring = str(iteration)`; `d = join(out, iterstring)`; `path = join(d, name)`
             found = []
             for name in set(todo) - seen:
                 seen.add(name)
@@ -118,7 +118,7 @@ class StructureChecks:
         if re.search(r"BytesIO\(", text):
             return True
         formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
-        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter", re.I)
+        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter|kimg|nimg|tick", re.I)
         return any(varying.search(" ".join(g)) for g in formatted)
 
     def dataloader(self, c: ast.Call) -> None:
@@ -131,8 +131,8 @@ class StructureChecks:
         workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
             return
-        if self.mi.cli_default(workers_value) == 0:
-            return  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0
+        if self.mi.cli_default(workers_value) == 0 or self._constant_zero(workers_value):
+            return  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
         pinned = "pin_memory" in kws or len(c.args) > 7
         missing = []
         if self.mi.uses_cuda and not pinned:
@@ -141,6 +141,13 @@ class StructureChecks:
             missing.append("`persistent_workers=True` (workers are re-forked every epoch)")
         if missing:
             self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+
+    def _constant_zero(self, e: ast.expr) -> bool:
+        if not isinstance(e, ast.Name):
+            return False
+        values = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign)
+                  and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        return bool(values) and all(isinstance(v, ast.Constant) and v.value == 0 for v in values)
 
     def _loader_kwargs(self, c: ast.Call) -> dict[str, ast.expr] | None:
         """The call's keywords, with `**kwargs` expanded when kwargs is a dict literal of the same function
@@ -407,6 +414,15 @@ class StructureChecks:
             return True
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):  # `loss * (1 / n)`, not `loss * loss_scale`
             return not re.search(r"scale", ast.unparse(e), re.I)
+        if (
+            isinstance(e, ast.Call)
+            and isinstance(e.func, ast.Attribute)
+            and e.func.attr in ("mul", "div", "mul_", "div_")
+        ):
+            if e.func.attr.startswith("div") or any(  # `loss.sum().mul(scaling / batch_total)`
+                isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div) for a in e.args for b in ast.walk(a)
+            ):
+                return True  # fmt: skip
         if isinstance(e, ast.IfExp):  # `loss / n if n > 1 else loss`
             return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
         if isinstance(e, ast.Call):

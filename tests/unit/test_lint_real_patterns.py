@@ -401,6 +401,32 @@ QUIET = {
                 self.min_train_loss = min(self.min_train_loss, self.cur_train_loss)
         """,
     ),
+    "an index from enumerate() stored in a variable is an int; a loss *scale* is a float (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt, handler, device):
+            data_iter = enumerate(loader)
+            for i, (x, y) in data_iter:
+                loss_scale = get_naflex_loss_scale(x)
+                if loss_scale != 1.0:
+                    x = x * loss_scale
+                model(x.to(device, non_blocking=True)).sum().backward()
+                opt.step()
+                if (i + 1) % 20 == 0 and handler.interrupted:
+                    break
+        """,
+    ),
+    "loss.mul(scaling / total) divides what is accumulated (HL016)": (
+        "HL016",
+        """
+        def train(ddp, loader, opt, rounds, total, device):
+            for batch in loader:
+                for r in range(rounds):
+                    loss = ddp(batch.to(device, non_blocking=True))
+                    loss.sum().mul(1.0 / total).backward()
+                opt.step()
+        """,
+    ),
 }
 
 REPORTED = {
@@ -736,6 +762,19 @@ REPORTED = {
                     reward = self.evaluate()
                     if reward > best:
                         self.save(os.path.join(self.ckpt_dir, "best_checkpoint"))
+        """,
+    ),
+    "multi-GPU code that moves data inside its model still syncs on an assert (HL005)": (
+        "HL005",
+        """
+        from torch.nn.parallel import DistributedDataParallel
+        def do_train(model, loader, opt, start, end):
+            model = DistributedDataParallel(model, device_ids=[0])
+            for data, iteration in zip(loader, range(start, end)):
+                losses = sum(model(data).values())
+                assert torch.isfinite(losses).all()
+                losses.backward()
+                opt.step()
         """,
     ),
     "num_workers passed positionally (HL011)": (
