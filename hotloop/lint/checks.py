@@ -19,7 +19,10 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
+from hotloop.lint.indexing import IndexChecks
+from hotloop.lint.provenance import HostProvenance
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
+from hotloop.lint.saves import SaveChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
@@ -58,7 +61,7 @@ def _is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-class Checker(StructureChecks):
+class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []
@@ -97,86 +100,6 @@ class Checker(StructureChecks):
             self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)))]  # fmt: skip
 
     # -- provenance: a read of a tensor that lives on the host waits for no device ---------------------
-
-    def host_read(self, node: ast.AST) -> bool:
-        """The value read at `node` is a host tensor (made on the CPU, pinned, or from numpy), so the read is
-        no device sync: `ix = torch.randint(n, (8,))` ... `data[i]` for i in ix, a pinned shard's header."""
-        if isinstance(node, ast.Call):
-            reads = ("item", "cpu", "numpy", "tolist", "nonzero", "unique", "masked_select")
-            method = (
-                isinstance(node.func, ast.Attribute)
-                and method_name(node) in reads
-                and not self.mi.call_name(node).startswith("torch.")
-            )  # torch.nonzero(x): x is read
-            exprs = [node.func.value] if method else list(node.args)  # type: ignore[attr-defined]
-        elif isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
-            exprs = [node.test]
-        elif isinstance(node, ast.Subscript):
-            exprs = [node.value]
-        elif isinstance(node, ast.JoinedStr):
-            exprs = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-        else:
-            return False
-        tensors = [e for e in exprs if self.kind(e) != "scalar"]
-        return bool(tensors) and all(self._host(e) for e in tensors)
-
-    HOST_FACTORIES = {"from_numpy", "from_file", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
-                      "randint", "randperm", "rand", "randn", "frombuffer", "linspace"}  # fmt: skip
-    HOST_KEEPING = {"pin_memory", "cpu", "numpy", "clone", "view", "reshape", "contiguous", "long", "int", "float",
-                    "flatten", "squeeze", "unsqueeze", "sum", "max", "min", "mean", "nonzero", "tolist", "cumsum",
-                    "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge"}  # fmt: skip
-
-    def _host(self, e: ast.expr, depth: int = 0) -> bool:
-        memo = self.__dict__.setdefault("_host_memo", {})
-        if e not in memo:
-            memo[e] = False  # a cycle (`x = x.view(...)`) proves nothing
-            memo[e] = self._host_uncached(e, depth)
-        return memo[e]
-
-    def _host_uncached(self, e: ast.expr, depth: int) -> bool:
-        if depth > 10 or "set_default_device" in self.mi.source:
-            return False
-        if isinstance(e, ast.Constant):
-            return True
-        if isinstance(e, ast.Name):
-            fn = self.mi.enclosing_function(e)
-            values = []
-            for n in walk_local(fn):
-                if not isinstance(n, (ast.Assign, ast.AugAssign)):
-                    continue
-                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
-                    if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
-                        values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
-                    elif e.id in target_names(t):
-                        values.append(n.value)
-            return bool(values) and all(self._host(v, depth + 1) for v in values)
-        if isinstance(e, (ast.Subscript, ast.Attribute)):
-            return self._host(e.value, depth + 1)
-        if isinstance(e, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
-            parts = [x for x in ast.iter_child_nodes(e) if isinstance(x, ast.expr)]
-            parts = [x for x in parts if self.kind(x) != "scalar"]
-            return bool(parts) and all(self._host(x, depth + 1) for x in parts)
-        if isinstance(e, ast.Call):
-            name, meth = self.mi.call_name(e), method_name(e)
-            if name.startswith("torch."):
-                meth = ""  # a function of the torch module, not a method of a tensor
-            if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:
-                device = _kw(e, "device")
-                return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
-            if meth in ("pin_memory", "cpu", "numpy"):
-                return True
-            moves = meth == "to" and (e.args and not isinstance(e.args[0], ast.Attribute) or _kw(e, "device"))
-            if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
-                return self._host(e.func.value, depth + 1)
-            local = self.mi.targets_of(e)
-            if local and depth < 3:  # a same-file helper that returns host tensors
-                rets = [r.value for f in local for r in walk_local(f) if isinstance(r, ast.Return) and r.value]
-                return bool(rets) and all(self._host(r, depth + 1) for r in rets)
-            if name in ("torch.nonzero", "torch.stack", "torch.cat") and e.args:
-                first = e.args[0]
-                items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
-                return all(self._host(x, depth + 1) for x in items)
-        return False
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         if edit is not None and not edit.what:
@@ -425,45 +348,6 @@ class Checker(StructureChecks):
             )  # fmt: skip
         return False
 
-    def _save_helper_in_place(self, c: ast.Call) -> bool:
-        """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
-        epoch or step in any argument) writes the same file every time."""
-        base = self.mi.call_name(c).split(".")[-1]
-        local = bool(self.mi.targets_of(c))
-        if not re.fullmatch(r"save(_(model|checkpoint|state|ckpt|pretrained))?", base) or base == "save" and not local:
-            return False
-        body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))
-        if local and (not re.search(r"save_state|save_pretrained|save_on_master", body) or "torch.save" in body):
-            return False  # a same-file helper with torch.save is checked inside; one that saves nothing is no save
-        args = [*c.args, *(k.value for k in c.keywords)]
-        fixed = [x for a in args for x in ast.walk(a) if isinstance(x, ast.Constant) and isinstance(x.value, str)]
-        varying = any(re.search(r"epoch|step|iter", ast.unparse(a), re.I) and not isinstance(a, ast.Constant)
-                      for a in args)  # fmt: skip
-        return bool(fixed) and not varying
-
-    def _checkpoint_payload(self, c: ast.Call) -> bool:
-        """What is saved looks like training state (weights, optimizer, a checkpoint dict), not evaluation
-        statistics or a tensor of results: only losing a checkpoint costs a run."""
-        if not c.args:
-            return True
-        text = ast.unparse(c.args[0])
-        if isinstance(c.args[0], ast.Name):
-            fn = self.mi.enclosing_function(c)
-            text += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
-                             and any(c.args[0].id in target_names(t) for t in n.targets))  # fmt: skip
-        return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
-                              re.I))  # fmt: skip
-
-    def _fresh_copy_beside(self, c: ast.Call) -> bool:
-        """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only
-        the latest alias of a per-epoch copy, so a torn write loses nothing."""
-        parent = self.mi.parent.get(c)
-        block = self.mi.parent.get(parent) if isinstance(parent, ast.Expr) else None
-        body = getattr(block, "body", [])
-        return any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value is not c
-                   and re.search(r"save", self.mi.call_name(s.value)) and self._fresh_path(s.value)
-                   for s in body)  # fmt: skip
-
     def _float32_guard(self, c: ast.Call) -> bool:
         if re.search(r"\.float\(\)|float32", ast.unparse(c.args[0])):
             return True
@@ -502,80 +386,6 @@ class Checker(StructureChecks):
         elt = gen.elt.operand if isinstance(gen.elt, ast.UnaryOp) else gen.elt
         return self.mi.kind(elt, self.mi.function_info(gen), comp=gen) == "tensor" or (
             isinstance(elt, ast.Call) and self.mi.call_name(elt).startswith("torch."))  # fmt: skip
-
-    def subscript(self, node: ast.Subscript) -> None:
-        if not self.mi.in_hot(node) or isinstance(node.ctx, ast.Store):
-            return  # `x[mask] = v` is a masked fill on the device: no size to read
-        idx = node.slice
-        if (
-            isinstance(idx, ast.Compare)
-            and self.tensor(idx)
-            or (isinstance(idx, ast.Name) and idx.id in self._mask_names(node))
-        ):
-            self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
-            return
-        parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
-        if any(self._constant_list(i) for i in parts) and self.tensor(node.value):
-            self.add("HL024", node, f"`{_src(node)}`: indexing with a Python list copies it to the device every step")
-        elif (
-            any(self._sampled_list(i) for i in parts)
-            and self.kind(node.value) != "scalar"
-            and self.mi.device_code
-            and not (
-                isinstance(self.mi.parent.get(node), ast.Attribute) and self.mi.parent[node].attr in ("to", "cuda")
-            )
-        ):  # host data, moved after: HL012's business
-            self.add(
-                "HL024",
-                node,
-                f"`{_src(node)}`: a Python list of indices from a BatchSampler is copied to the "
-                "device for every minibatch; index with a device tensor (torch.randperm(n, device=...) sliced)",
-            )
-
-    def _sampled_list(self, e: ast.expr) -> bool:
-        """A loop variable drawn from a `BatchSampler` (a Python list of ints per minibatch)."""
-        if not isinstance(e, ast.Name):
-            return False
-        samplers = {dotted(t) for n in self.mi.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                    and self.mi.call_name(n.value).endswith("BatchSampler") for t in n.targets}  # fmt: skip
-        n = self.mi.parent.get(e)
-        while n is not None:
-            if isinstance(n, (ast.For, ast.AsyncFor)) and e.id in target_names(n.target):
-                it = n.iter
-                return dotted(it) in samplers or isinstance(it, ast.Call) and self.mi.call_name(it).endswith(
-                    "BatchSampler")  # fmt: skip
-            n = self.mi.parent.get(n)
-        return False
-
-    def _constant_list(self, e: ast.expr) -> bool:
-        """A Python list the loop could build once: a literal of constants, `list(range(...))`, or a name
-        bound only to such (per-step data built from lists cannot be hoisted and is not reported)."""
-
-        def const(v: ast.expr) -> bool:
-            if isinstance(v, (ast.List, ast.Tuple)):
-                return bool(v.elts) and all(isinstance(x, ast.Constant) or isinstance(x, ast.UnaryOp)
-                                            and isinstance(x.operand, ast.Constant) for x in v.elts)  # fmt: skip
-            return isinstance(v, ast.Call) and self.mi.call_name(v) == "list" and bool(v.args) and isinstance(
-                v.args[0], ast.Call) and self.mi.call_name(v.args[0]) == "range"  # fmt: skip
-
-        if isinstance(e, ast.Name):
-            fn = self.mi.enclosing_function(e)
-            nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
-            values = [n.value for n in nodes if isinstance(n, ast.Assign)
-                      and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
-            return bool(values) and all(const(v) for v in values)
-        return const(e)
-
-    def _mask_names(self, node: ast.AST) -> set[str]:
-        fn = self.mi.enclosing_function(node)
-        out = set()
-        for n in walk_local(fn):
-            if isinstance(n, ast.Assign) and (
-                isinstance(n.value, ast.Compare) and self.tensor(n.value)
-                or isinstance(n.value, ast.Call) and method_name(n.value) == "bool"
-            ):  # fmt: skip
-                out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-        return out
 
     def fstring(self, node: ast.JoinedStr) -> None:
         if not self.mi.in_hot(node):

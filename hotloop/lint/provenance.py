@@ -1,0 +1,101 @@
+"""Host provenance: a read of a tensor that lives on the host waits for no device.
+
+`ix = torch.randint(n, (8,))` then `data[i] for i in ix`, a pinned shard's header, `x.cpu().numpy()`: the
+sync rules skip reads whose tensors are made on the CPU (a factory without `device=`), pinned, from numpy,
+or derived from such (views, slices, dtype casts, same-file helpers returning them). Mixed into
+`checks.Checker`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from hotloop.lint.analysis import ModuleInfo, method_name, target_names, walk_local
+from hotloop.lint.structure import kw as _kw
+
+
+class HostProvenance:
+    mi: ModuleInfo
+
+    def kind(self, e: ast.expr) -> str | None:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def host_read(self, node: ast.AST) -> bool:
+        """The value read at `node` is a host tensor (made on the CPU, pinned, or from numpy), so the read is
+        no device sync: `ix = torch.randint(n, (8,))` ... `data[i]` for i in ix, a pinned shard's header."""
+        if isinstance(node, ast.Call):
+            reads = ("item", "cpu", "numpy", "tolist", "nonzero", "unique", "masked_select")
+            method = (
+                isinstance(node.func, ast.Attribute)
+                and method_name(node) in reads
+                and not self.mi.call_name(node).startswith("torch.")
+            )  # torch.nonzero(x): x is read
+            exprs = [node.func.value] if method else list(node.args)  # type: ignore[attr-defined]
+        elif isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
+            exprs = [node.test]
+        elif isinstance(node, ast.Subscript):
+            exprs = [node.value]
+        elif isinstance(node, ast.JoinedStr):
+            exprs = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        else:
+            return False
+        tensors = [e for e in exprs if self.kind(e) != "scalar"]
+        return bool(tensors) and all(self._host(e) for e in tensors)
+
+    HOST_FACTORIES = {"from_numpy", "from_file", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
+                      "randint", "randperm", "rand", "randn", "frombuffer", "linspace"}  # fmt: skip
+    HOST_KEEPING = {"pin_memory", "cpu", "numpy", "clone", "view", "reshape", "contiguous", "long", "int", "float",
+                    "flatten", "squeeze", "unsqueeze", "sum", "max", "min", "mean", "nonzero", "tolist", "cumsum",
+                    "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge"}  # fmt: skip
+
+    def _host(self, e: ast.expr, depth: int = 0) -> bool:
+        memo = self.__dict__.setdefault("_host_memo", {})
+        if e not in memo:
+            memo[e] = False  # a cycle (`x = x.view(...)`) proves nothing
+            memo[e] = self._host_uncached(e, depth)
+        return memo[e]
+
+    def _host_uncached(self, e: ast.expr, depth: int) -> bool:
+        if depth > 10 or "set_default_device" in self.mi.source:
+            return False
+        if isinstance(e, ast.Constant):
+            return True
+        if isinstance(e, ast.Name):
+            fn = self.mi.enclosing_function(e)
+            values = []
+            for n in walk_local(fn):
+                if not isinstance(n, (ast.Assign, ast.AugAssign)):
+                    continue
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
+                        values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
+                    elif e.id in target_names(t):
+                        values.append(n.value)
+            return bool(values) and all(self._host(v, depth + 1) for v in values)
+        if isinstance(e, (ast.Subscript, ast.Attribute)):
+            return self._host(e.value, depth + 1)
+        if isinstance(e, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
+            parts = [x for x in ast.iter_child_nodes(e) if isinstance(x, ast.expr)]
+            parts = [x for x in parts if self.kind(x) != "scalar"]
+            return bool(parts) and all(self._host(x, depth + 1) for x in parts)
+        if isinstance(e, ast.Call):
+            name, meth = self.mi.call_name(e), method_name(e)
+            if name.startswith("torch."):
+                meth = ""  # a function of the torch module, not a method of a tensor
+            if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:
+                device = _kw(e, "device")
+                return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
+            if meth in ("pin_memory", "cpu", "numpy"):
+                return True
+            moves = meth == "to" and (e.args and not isinstance(e.args[0], ast.Attribute) or _kw(e, "device"))
+            if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
+                return self._host(e.func.value, depth + 1)
+            local = self.mi.targets_of(e)
+            if local and depth < 3:  # a same-file helper that returns host tensors
+                rets = [r.value for f in local for r in walk_local(f) if isinstance(r, ast.Return) and r.value]
+                return bool(rets) and all(self._host(r, depth + 1) for r in rets)
+            if name in ("torch.nonzero", "torch.stack", "torch.cat") and e.args:
+                first = e.args[0]
+                items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+                return all(self._host(x, depth + 1) for x in items)
+        return False

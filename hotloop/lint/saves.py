@@ -1,0 +1,126 @@
+"""HL021's judgement of a save: is it training state, written in place, or to a fresh path each time?
+
+`torch.save(state, "ckpt.pt")` in the training loop (or a helper it calls) overwrites the last good
+checkpoint; `torch.save(state, f"ckpt_{step}.pt")`, a temp file renamed into place, a BytesIO, or evaluation
+statistics do not. Save helpers from another file (`save_on_master`, `save_model(epoch="best")`,
+`save_state`) are judged by the names they are given. Mixed into `checks.Checker`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from hotloop.lint.analysis import ModuleInfo, call_name, target_names, walk_local
+from hotloop.lint.structure import kw
+
+
+class SaveChecks:
+    mi: ModuleInfo
+
+    def _save_helper_in_place(self, c: ast.Call) -> bool:
+        """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
+        epoch or step in any argument) writes the same file every time."""
+        base = self.mi.call_name(c).split(".")[-1]
+        local = bool(self.mi.targets_of(c))
+        if not re.fullmatch(r"save(_(model|checkpoint|state|ckpt|pretrained))?", base) or base == "save" and not local:
+            return False
+        body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))
+        if local and (not re.search(r"save_state|save_pretrained|save_on_master", body) or "torch.save" in body):
+            return False  # a same-file helper with torch.save is checked inside; one that saves nothing is no save
+        args = [*c.args, *(k.value for k in c.keywords)]
+        fixed = [x for a in args for x in ast.walk(a) if isinstance(x, ast.Constant) and isinstance(x.value, str)]
+        varying = any(re.search(r"epoch|step|iter", ast.unparse(a), re.I) and not isinstance(a, ast.Constant)
+                      for a in args)  # fmt: skip
+        return bool(fixed) and not varying
+
+    def _checkpoint_payload(self, c: ast.Call) -> bool:
+        """What is saved looks like training state (weights, optimizer, a checkpoint dict), not evaluation
+        statistics or a tensor of results: only losing a checkpoint costs a run."""
+        if not c.args:
+            return True
+        text = ast.unparse(c.args[0])
+        if isinstance(c.args[0], ast.Name):
+            fn = self.mi.enclosing_function(c)
+            text += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
+                             and any(c.args[0].id in target_names(t) for t in n.targets))  # fmt: skip
+        return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
+                              re.I))  # fmt: skip
+
+    def _fresh_copy_beside(self, c: ast.Call) -> bool:
+        """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only
+        the latest alias of a per-epoch copy, so a torn write loses nothing."""
+        parent = self.mi.parent.get(c)
+        block = self.mi.parent.get(parent) if isinstance(parent, ast.Expr) else None
+        body = getattr(block, "body", [])
+        return any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value is not c
+                   and re.search(r"save", self.mi.call_name(s.value)) and self._fresh_path(s.value)
+                   for s in body)  # fmt: skip
+
+    def _replaced_atomically(self, c: ast.Call) -> bool:
+        fn = self.mi.enclosing_function(c)
+        target = ast.unparse(c.args[1]) if len(c.args) > 1 else ""
+        if re.search(r"tmp|temp|partial", target, re.I):
+            return True
+        return any(
+            isinstance(n, ast.Call) and call_name(n).split(".")[-1] in ("replace", "rename") and "os" in call_name(n)
+            for n in walk_local(fn)
+        )
+
+    def _caller_paths(self, fn: ast.AST, names: list[str]) -> str:
+        """The text of what same-file callers pass for the parameters in `names` (and how they built it)."""
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return ""
+        text = ""
+        params = [a.arg for a in fn.args.args]
+        params = params[1:] if params[:1] == ["self"] else params
+        for call in self.mi.calls_to.get(fn.name, []):
+            for i, p in enumerate(params):
+                arg = call.args[i] if i < len(call.args) else next((k.value for k in call.keywords if k.arg == p), None)
+                if arg is None or p not in names:
+                    continue
+                text += " " + ast.unparse(arg)
+                used = {x.id for x in ast.walk(arg) if isinstance(x, ast.Name)}
+                text += "".join(
+                    " " + ast.unparse(n.value)
+                    for n in walk_local(self.mi.enclosing_function(call))
+                    if isinstance(n, ast.Assign) and used & {t for x in n.targets for t in target_names(x)}
+                )
+        return text  # fmt: skip
+
+    def _fresh_path(self, c: ast.Call) -> bool:
+        """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
+        if len(c.args) < 2:
+            target = getattr(kw(c, "f"), "value", None)
+        else:
+            target = c.args[1]
+        if target is None:
+            return False
+        text = ast.unparse(target)
+        if re.search(r"BytesIO|buffer|buf\b|\bio\b", text):
+            return True
+        fn = self.mi.enclosing_function(c)
+        seen: set[str] = set()
+        todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+        text += self._caller_paths(fn, todo)
+        for w in walk_local(fn):  # `with open(path, "wb") as f: torch.save(state, f)`: the path is the target
+            if isinstance(w, ast.With):
+                for item in w.items:
+                    if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
+                        text += " " + ast.unparse(item.context_expr)
+                        todo += [n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)]
+        for _ in range(3):  # `iterstring = str(iteration)`; `d = join(out, iterstring)`; `path = join(d, name)`
+            found = []
+            for name in set(todo) - seen:
+                seen.add(name)
+                values = [n.value for n in walk_local(fn) if isinstance(n, ast.Assign)
+                          and any(name in target_names(t) for t in n.targets)]  # fmt: skip
+                for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
+                    text += " " + ast.unparse(v)
+                    found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
+            todo = found
+        if re.search(r"BytesIO\(", text):
+            return True
+        formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
+        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter|kimg|nimg|tick", re.I)
+        return any(varying.search(" ".join(g)) for g in formatted)
