@@ -62,7 +62,7 @@ def score(root: Path, docs: list[dict]) -> tuple[dict, list[str], list[str], int
             if not p.exists():
                 missing += 1
                 continue
-            found = lint_source(p.read_text(encoding="utf-8"), str(p))
+            found = lint_source(p.read_text(encoding="utf-8-sig"), str(p))
             labels = [dict(lab, hit=False) for lab in f.get("findings", [])]
             for hit in found:
                 match = next((lab for lab in labels if lab["code"] == hit.code and not lab["hit"]

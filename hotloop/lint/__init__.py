@@ -13,6 +13,7 @@ See `analysis.py` for what counts as a hot loop.
 from __future__ import annotations
 
 import ast
+import codecs
 import fnmatch
 import re
 import warnings
@@ -60,6 +61,7 @@ def _selected(code: str, select: list[str] | None, ignore: list[str] | None) -> 
 
 
 def _analyse(source: str, path: str) -> tuple[ModuleInfo | None, Finding | None]:
+    source = source.removeprefix("\ufeff")  # a byte-order mark decoded as text: Python skips it, so do we
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)
@@ -190,14 +192,16 @@ def lint_paths(
     findings: list[Finding] = []
     for f in iter_files(paths, DEFAULT_EXCLUDE + list(exclude or [])):
         try:
-            source = f.read_text(encoding="utf-8")
+            raw = f.read_bytes()
+            bom = raw.startswith(codecs.BOM_UTF8)  # valid Python (the interpreter skips it): kept on --fix
+            source = raw.decode("utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             findings.append(Finding(str(f), 1, 1, "HL000", f"cannot read: {e}", "error"))
             continue
         if fix:
             new, report = fix_report(source, select, ignore)
             if report.changed:
-                f.write_text(new, encoding="utf-8")
+                f.write_bytes((codecs.BOM_UTF8 if bom else b"") + new.encode("utf-8"))
                 source = new
             if fixes is not None and (report.changed or report.skipped):
                 fixes[str(f)] = report

@@ -181,3 +181,15 @@ def test_generator_argument_becomes_a_list_when_fixed():
 def test_hotloop_lints_clean(package):
     root = Path(__file__).resolve().parents[2] / package
     assert lint_paths([str(root)]) == []
+
+
+def test_a_file_starting_with_a_byte_order_mark_is_linted_and_keeps_it(tmp_path, capsys):
+    f = tmp_path / "train.py"
+    f.write_bytes(b"\xef\xbb\xbf" + BAD.encode())
+    found = lint_paths([str(f)])
+    assert "HL000" not in {x.code for x in found} and "HL001" in {x.code for x in found}
+    assert lint_source("\ufeff" + BAD) == lint_source(BAD)
+    main(["lint", "--fix", str(f)])
+    capsys.readouterr()
+    data = f.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"non_blocking=True" in data
