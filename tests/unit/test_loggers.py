@@ -127,7 +127,12 @@ def test_sigterm_flushes_every_row_to_every_sink(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), str(run_dir)], stdout=subprocess.PIPE, cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=str(ROOT)))  # fmt: skip
     assert proc.stdout.readline().strip() == b"ready"
-    time.sleep(3.0)
+    deadline = time.monotonic() + 120  # training has started (its signal handlers are installed): rows exist
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = run_dir / "metrics.jsonl"
+        if rows.is_file() and len(rows.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     jsonl = _rows(run_dir)
