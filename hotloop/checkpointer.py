@@ -224,7 +224,7 @@ class Checkpointer:
         if self._stager is None:
             self._stager, self._group = sharded.HostStager(self.t.device), sharded.checkpoint_group()
         meta = self.meta_state()
-        path = self.t.run_dir / ckpt_io.CKPT_DIR / f"step_{step:08d}"
+        path = sharded.sharded_path(self.t.run_dir, step)
         future = sharded.save_sharded_async(path, self.t.model, self.t.optimizer, d.main, d.barrier, self._stager,
                                             self._group)  # fmt: skip
 

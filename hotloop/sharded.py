@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hotloop.checkpoint import (
+    CKPT_DIR,
     FORMAT,
     CheckpointError,
     _atomic_write,
@@ -50,14 +51,17 @@ def save_sharded(
     best: tuple[str, str] | None = None,
 ) -> Path:
     """Commit a sharded checkpoint of `step` (every rank calls this), then purge beyond `keep_last`."""
-    from hotloop.checkpoint import CKPT_DIR
-
-    path = Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
+    path = sharded_path(run_dir, step)
     save_sharded_to(path, model, optimizer, meta, main, barrier, step=step, metrics=metrics)
     if main and keep_last:
         purge(run_dir, keep_last, best)
     barrier()
     return path
+
+
+def sharded_path(run_dir: str | Path, step: int) -> Path:
+    """The directory of the sharded checkpoint of `step`."""
+    return Path(run_dir) / CKPT_DIR / f"step_{step:08d}"
 
 
 def _prepare(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, main: bool,

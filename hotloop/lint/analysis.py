@@ -30,6 +30,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     MODEL_NAME,
     FunctionInfo,
     KindModel,
+    assigned_values,
     dotted,
     method_name,
     target_names,
@@ -44,7 +45,6 @@ GATE_WORDS = {
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
-EVAL_FUNCTION = re.compile(r"^_*(val|eval|test|validate|evaluate)", re.I)
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 

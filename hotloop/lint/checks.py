@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from hotloop.lint.analysis import (
     MODEL_NAME,
     ModuleInfo,
+    assigned_values,
     call_name,
     dotted,
     method_name,
-    target_names,
     walk_local,
 )
 from hotloop.lint.indexing import IndexChecks
@@ -99,11 +99,7 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
             self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)))]  # fmt: skip
 
-    # -- provenance: a read of a tensor that lives on the host waits for no device ---------------------
-
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
-        if edit is not None and not edit.what:
-            edit.what = f"`{_src(node)}`: {edit.text.strip(', ')!r} written"
         self.hits.append(Hit(code, node, message, edit, no_fix))
 
     def kind(self, e: ast.expr) -> str | None:
@@ -272,8 +268,7 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         target = ast.unparse(target_node)
         if isinstance(target_node, ast.Name):  # `device = accelerator.device` ... `.to(device)`
             fn = self.mi.enclosing_function(c)
-            target += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
-                               and any(target_node.id in target_names(t) for t in n.targets))  # fmt: skip
+            target += " ".join(ast.unparse(v) for v in assigned_values(target_node.id, walk_local(fn)))
         if re.search(r"accelerator|fabric|\w\.device", target) and re.search(r"\.prepare\(|setup_dataloaders\(",
                                                                               self.mi.source):  # fmt: skip
             return  # a prepared loader already yields batches on the device: this .to() copies nothing

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import src
 
 
@@ -80,9 +80,7 @@ class IndexChecks:
 
         if isinstance(e, ast.Name):
             fn = self.mi.enclosing_function(e)
-            nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
-            values = [n.value for n in nodes if isinstance(n, ast.Assign)
-                      and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+            values = assigned_values(e.id, [*walk_local(fn), *walk_local(self.mi.tree)])
             return bool(values) and all(const(v) for v in values)
         return const(e)
 

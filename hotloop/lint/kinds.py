@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 TENSOR_NAME = re.compile(
@@ -94,6 +95,22 @@ def target_names(t: ast.expr) -> list[str]:
     return []
 
 
+def assigned_values(name: str, nodes: Iterable[ast.AST], annotated: bool = False) -> list[ast.expr]:
+    """The values the assignments among `nodes` give `name` (`x = v`, and `x, y = v` gives v;
+    with `annotated`, `x: T = v` too), in the order of `nodes`."""
+    out = []
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            targets: list[ast.expr] = n.targets
+        elif annotated and isinstance(n, ast.AnnAssign) and n.value is not None:
+            targets = [n.target]
+        else:
+            continue
+        if any(name in target_names(t) for t in targets):
+            out.append(n.value)  # type: ignore[arg-type]
+    return out
+
+
 class KindModel:
     """Mixed into ModuleInfo: needs `call_name`, `functions`, `calls_to`, `walk_local`."""
 
@@ -164,8 +181,7 @@ class KindModel:
         iterating a tensor binds tensors (also inside `zip(...)`/`enumerate(...)`, position by position)."""
         it, target = n.iter, n.target
         if isinstance(it, ast.Name):  # `data_iter = enumerate(loader)` ... `for i, (x, y) in data_iter:`
-            made = [a.value for a in self.walk_local(info.node) if isinstance(a, ast.Assign)  # type: ignore[attr-defined]
-                    and any(it.id in target_names(t) for t in a.targets)]  # fmt: skip
+            made = assigned_values(it.id, self.walk_local(info.node))  # type: ignore[attr-defined]
             if len(made) == 1 and isinstance(made[0], ast.Call) and self.call_name(made[0]) in ("enumerate", "zip"):  # type: ignore[attr-defined]
                 it = made[0]
         out: dict[str, str | None] = {name: None for name in target_names(target)}
@@ -237,11 +253,9 @@ class KindModel:
         return cache[name]
 
     def _find_module_instance(self, name: str) -> bool:
-        for n in self.nodes:  # type: ignore[attr-defined]
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
-                name in target_names(t) for t in n.targets
-            ):  # fmt: skip
-                full = self.call_name(n.value)  # type: ignore[attr-defined]
+        for value in assigned_values(name, self.nodes):  # type: ignore[attr-defined]
+            if isinstance(value, ast.Call):
+                full = self.call_name(value)  # type: ignore[attr-defined]
                 last = full.split(".")[-1]
                 if full.startswith("torch.nn.") and last[:1].isupper() or last.endswith("Loss"):
                     return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.analysis import ModuleInfo, call_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
 from hotloop.lint.structure import kw
 
 
@@ -42,8 +42,7 @@ class SaveChecks:
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
-            text += " ".join(ast.unparse(n.value) for n in walk_local(fn) if isinstance(n, ast.Assign)
-                             and any(c.args[0].id in target_names(t) for t in n.targets))  # fmt: skip
+            text += " ".join(ast.unparse(v) for v in assigned_values(c.args[0].id, walk_local(fn)))
         return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
                               re.I))  # fmt: skip
 
@@ -113,8 +112,7 @@ class SaveChecks:
             found = []
             for name in set(todo) - seen:
                 seen.add(name)
-                values = [n.value for n in walk_local(fn) if isinstance(n, ast.Assign)
-                          and any(name in target_names(t) for t in n.targets)]  # fmt: skip
+                values = assigned_values(name, walk_local(fn))
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
                     text += " " + ast.unparse(v)
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]

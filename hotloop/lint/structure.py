@@ -13,6 +13,7 @@ import re
 from hotloop.lint.analysis import (
     MODEL_NAME,
     ModuleInfo,
+    assigned_values,
     call_name,
     dotted,
     is_optimizer_step,
@@ -38,10 +39,6 @@ def kw(call: ast.Call, name: str) -> ast.keyword | None:
 
 def is_false_node(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is False
-
-
-def assign_targets(n: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
-    return n.targets if isinstance(n, ast.Assign) else [n.target]
 
 
 class StructureChecks:
@@ -77,8 +74,7 @@ class StructureChecks:
     def _constant_zero(self, e: ast.expr) -> bool:
         if not isinstance(e, ast.Name):
             return False
-        values = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign)
-                  and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        values = assigned_values(e.id, self.mi.nodes)
         return bool(values) and all(isinstance(v, ast.Constant) and v.value == 0 for v in values)
 
     def _loader_kwargs(self, c: ast.Call) -> dict[str, ast.expr] | None:
@@ -92,14 +88,14 @@ class StructureChecks:
                 return None
             fn = self.mi.enclosing_function(c)
             nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
-            values = [n.value for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None
-                      and any(k.value.id in target_names(t) for t in assign_targets(n))]  # fmt: skip
+            values = assigned_values(k.value.id, nodes, annotated=True)
             for n in nodes:  # `kwargs.update(cuda_kwargs)`
                 if isinstance(n, ast.Call) and method_name(n) == "update" and dotted(n.func.value) == k.value.id:  # type: ignore[attr-defined]
                     for a in n.args:
-                        values += [a] if isinstance(a, ast.Dict) else [
-                            m.value for m in nodes if isinstance(m, ast.Assign) and isinstance(a, ast.Name)
-                            and any(a.id in target_names(t) for t in m.targets)]  # fmt: skip
+                        if isinstance(a, ast.Dict):
+                            values.append(a)
+                        elif isinstance(a, ast.Name):
+                            values += assigned_values(a.id, nodes)
             dicts = [d for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
             if not dicts or not all(isinstance(d, ast.Dict) for d in dicts):
                 return None
