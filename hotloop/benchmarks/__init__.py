@@ -62,17 +62,17 @@ def peak_flops(device_name: str) -> float | None:
 def _count_reads(fn: Any, w: Any, device: torch.device, warmup: int, steps: int) -> float:
     """Host reads per measured step, counted the same way for every variant."""
     if device.type == "cuda":
+        # Sync debug mode is on for the measured steps only (Window turns it on and off), so compilation,
+        # warmup and the window's own two synchronisations are not counted.
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            window = Window(device, warmup, steps)
-            torch.cuda.set_sync_debug_mode("warn")
+            window = Window(device, warmup, steps, cuda_syncs=True)
             try:
                 fn(w, device, window)
             finally:
                 torch.cuda.set_sync_debug_mode(0)
-        # Syncs inside the window are not separable from the two measurement syncs here; count all, minus those.
         n = sum("synchroniz" in str(c.message).lower() for c in caught)
-        return max(0, n - 2) / (warmup + steps)
+        return n / steps
     counter = HostReadCounter()
     window = Window(device, warmup, steps, counter=counter)
     with counter:
@@ -104,7 +104,7 @@ def run_bench(
             window = Window(dev, warmup, steps)
             VARIANTS[v](w, dev, window)
             speeds[v].append(steps / window.seconds)
-            used = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else _rss_mb()
+            used = window.peak_mb if dev.type == "cuda" else _rss_mb()
             mem[v] = max(mem[v], used)
         say(f"round {r + 1}/{rounds}: " + ", ".join(f"{v} {speeds[v][-1]:.1f}" for v in names) + " steps/s")
     reads = {v: _count_reads(VARIANTS[v], w, dev, warmup, min(steps, 100)) for v in names}

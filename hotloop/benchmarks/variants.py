@@ -33,11 +33,19 @@ SYNC_EVERY = 50
 
 
 class Window:
-    """Times steps (warmup, warmup + steps]; `label` tells a host-read counter which reads fall inside."""
+    """Times steps (warmup, warmup + steps]; `label` tells a host-read counter which reads fall inside.
 
-    def __init__(self, device: torch.device, warmup: int, steps: int, counter: Any = None) -> None:
+    On CUDA it also reads the peak allocated memory at the window's end (a stack may reset the peak
+    counter later, at its own boundaries), and with `cuda_syncs=True` it turns
+    `torch.cuda.set_sync_debug_mode("warn")` on for the measured steps only, so a caller catching warnings
+    counts the syncs of those steps - not compilation's, warmup's, or the window's own two."""
+
+    def __init__(self, device: torch.device, warmup: int, steps: int, counter: Any = None,
+                 cuda_syncs: bool = False) -> None:  # fmt: skip
         self.device, self.warmup, self.steps, self.counter = device, warmup, steps, counter
+        self.cuda_syncs = cuda_syncs and device.type == "cuda"
         self.t0 = self.t1 = 0.0
+        self.peak_mb = 0.0
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -52,9 +60,15 @@ class Window:
             self.t0 = time.perf_counter()
             if self.counter is not None:
                 self.counter.label = "window"
+            if self.cuda_syncs:
+                torch.cuda.set_sync_debug_mode("warn")
         elif step == self.warmup + self.steps:
+            if self.cuda_syncs:
+                torch.cuda.set_sync_debug_mode(0)
             self._sync()
             self.t1 = time.perf_counter()
+            if self.device.type == "cuda":
+                self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
             if self.counter is not None:
                 self.counter.label = "after"
 
@@ -208,6 +222,12 @@ def run_lightning(w: Workload, device: torch.device, window: Window) -> None:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.AdamW(_groups(self.model), lr=w.lr, fused=True)
 
+        def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: Any = None, **_: Any) -> None:
+            # Lightning's mixed-precision plugin refuses to clip for a fused optimizer (it cannot unscale
+            # first). Under bf16 or fp32 there is no scaler, so clipping directly is exact: what a strong
+            # Lightning user writes to keep fused AdamW rather than fall back to the slower foreach one.
+            torch.nn.utils.clip_grad_norm_(self.parameters(), gradient_clip_val or 1.0)
+
     class Tick(L.Callback):
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             window.tick(trainer.global_step)
@@ -231,7 +251,11 @@ def run_lightning(w: Workload, device: torch.device, window: Window) -> None:
 
 def run_accelerate(w: Workload, device: torch.device, window: Window) -> None:
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
+    # Accelerate keeps its state per process and refuses a second Accelerator with another precision;
+    # one bench process runs several workloads (gpt2 in bf16, then mlp in fp32), so start each run clean.
+    AcceleratorState._reset_state(reset_partial_state=True)
     acc = Accelerator(cpu=device.type != "cuda", mixed_precision="bf16" if w.precision == "bf16" else "no")
     torch.manual_seed(0)
     model = w.make_model()
