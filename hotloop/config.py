@@ -251,7 +251,9 @@ class TrainConfig:
     """Seed for Python, NumPy and torch RNGs and the data order."""
     deterministic: bool = False
     """Deterministic kernels (`torch.use_deterministic_algorithms`, cuBLAS workspace config): a resumed CUDA
-    run then equals the uninterrupted one bit for bit, at some speed cost. CPU kernels already are."""
+    run then equals the uninterrupted one bit for bit, at some speed cost. CPU kernels already are. The switch is
+    process-wide and stays on after the run (as with Lightning's `deterministic=True`): on an H100 it slowed a
+    later, non-deterministic GPT-2 run in the same process by a third - start a new process for speed runs."""
     device: str = "auto"
     """auto (cuda if available, else cpu), cpu, cuda, cuda:N."""
     num_workers: int | None = None

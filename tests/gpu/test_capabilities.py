@@ -125,6 +125,33 @@ def test_cuda_graphs_with_accumulation_match_eager(tmp_path, mode, record_proper
     assert diff < 1e-4 and all(abs(a - b) < 1e-4 * max(1.0, abs(a)) for a, b in losses)
 
 
+def test_distill_recipe_with_cached_logits_has_no_sync_between_boundaries(tmp_path, monkeypatch, record_property):
+    """The distill recipe reading its teacher's cached top-k logits: no teacher forward and no sync per step."""
+    from hotloop.config import load_config
+    from hotloop.recipes import distill
+
+    monkeypatch.setenv("HOTLOOP_CACHE_DIR", str(tmp_path / "cache"))
+    tiny = ["device=cuda", "gpt.n_layer=1", "gpt.n_embd=32", "gpt.n_head=2", "gpt.block_size=32", "batch_size=8",
+            "eval_batches=2", "progress=off", "tensorboard=false"]  # fmt: skip
+    teacher = tmp_path / "teacher"
+    fit = [sys.executable, "-m", "hotloop", "fit", *tiny, "max_steps=20", "eval_every=0", f"run_dir={teacher}"]
+    subprocess.run(fit, check=True, cwd=ROOT, capture_output=True, timeout=300)
+    cfg = load_config(overrides=["recipe=distill", *tiny, "gpt.n_embd=16", "max_steps=24", "log_every=6",
+                                 "eval_every=0", "distill.samples=256", "distill.top_k=8", f"teacher={teacher}",
+                                 f"run_dir={tmp_path / 'student'}"])  # fmt: skip
+    trainer, data, _, distiller = distill.build(cfg, say=lambda *a, **k: None)
+    assert "t_values" in data or "t_logits" in data, "the teacher cache was not used"
+    built = distiller.teacher_forwards
+    guard = SyncErrors(6)
+    trainer.callbacks.append(guard)
+    try:
+        trainer.fit(data)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert distiller.teacher_forwards == built  # training read the cache only
+    record_property("figure", f"0 syncs in {guard.checked_steps} checked steps, 0 teacher forwards in training")
+
+
 def test_resume_tensor_source_is_bit_exact(tmp_path, record_property):
     x, y = regression_data(4096)
 
