@@ -8,9 +8,12 @@ Hot regions (code that runs every training step):
   or one that does a backward/step itself and is called from a loop of the module;
 - interprocedurally: every same-file function or method called from a hot region (not under a gate) is
   hot too, to a fixpoint; one called from a training loop is a training function (HL020/HL021 look there).
-A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too).
+A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too). A
+step loop over something that is not data (a GAN's phases) inside a loop that fetches the batch is
+inside the step: that outer loop is hot. A loop that hands a step function to a wrapper
+(`timer(train_step)`) calls it.
 
-Gates: statements in the body of an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
+Gates (`gates.py`): statements in the body of an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
 whose words say so (`log`, `eval`, `save`, `checkpoint`, `verbose`, `interval`, ...) run once per
 interval, not every step, and are not hot. An `if` whose body steps the optimizer (`if (i + 1) % accum
 == 0: optimizer.step()`) is an *update gate*, not a boundary: accumulation scripts update every
@@ -26,6 +29,7 @@ from __future__ import annotations
 import ast
 import re
 
+from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
     MODEL_NAME,
     FunctionInfo,
@@ -36,16 +40,8 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     target_names,
 )
 
-GATE_WORDS = {
-    "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
-    "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
-    "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
-    "benchmark", "timing", "logs", "metric", "metrics", "console",
-}  # fmt: skip
-UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
-STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -71,50 +67,7 @@ def is_step_call(node: ast.AST) -> bool:
     return is_optimizer_step(node)
 
 
-def is_optimizer_step(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
-            and bool(STEP_RECEIVER.search(dotted(node.func.value) or "")))  # fmt: skip
-
-
-def gate_word(name: str) -> bool:
-    words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
-    return any(w in GATE_WORDS for w in words)
-
-
-def is_gate(test: ast.expr) -> bool:
-    """A periodic boundary: `%`, or a name that says log/eval/save/... - not an object's existence test
-    (`if log_writer is not None:` holds on every step of a run that has one)."""
-    existence = {id(x) for c in ast.walk(test) if isinstance(c, ast.Compare)
-                 and all(isinstance(op, (ast.Is, ast.IsNot)) for op in c.ops) for x in ast.walk(c)}  # fmt: skip
-    for n in ast.walk(test):
-        if id(n) in existence:
-            continue
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
-            return True
-        if isinstance(n, ast.Name) and gate_word(n.id):
-            return True
-        if isinstance(n, ast.Attribute) and gate_word(n.attr):
-            return True
-    return False
-
-
-def _terminal(stmt: ast.stmt, loop: bool) -> bool:
-    """A statement after which the hot loop does not go on: raise, sys.exit()/exit()/quit(), and - when the
-    hot region is a loop, not a function called every step - return and break. Such a block runs once."""
-    if isinstance(stmt, ast.Raise) or loop and isinstance(stmt, (ast.Return, ast.Break)):
-        return True
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in (
-        "sys.exit", "exit", "quit", "os._exit")  # fmt: skip
-
-
-def _negated(test: ast.expr) -> bool:
-    """`if step % n != 0:` / `if not is_log_step:`: the gated statements are in the `else:`."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return True
-    return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
-
-
-class ModuleInfo(KindModel):
+class ModuleInfo(KindModel, GateModel):
     """Hot regions, training loops, gates, aliases and per-function tensor names of one parsed module."""
 
     def __init__(self, tree: ast.Module, source: str, path: str = "") -> None:
@@ -283,12 +236,32 @@ class ModuleInfo(KindModel):
                         changed = True
         return names
 
+    def _per_step_outer(self, outer: ast.AST, loop: ast.AST) -> bool:
+        """A step loop over something that is not data (a GAN's phases, `range(n_critic)`) inside a loop that
+        fetches the batch itself (iterates a loader, or calls `next()` on one outside the inner loop): the
+        outer loop runs once per step, not once per epoch."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or self._iterates_data(loop.iter):
+            return False
+        if isinstance(outer, (ast.For, ast.AsyncFor)) and self._iterates_data(outer.iter):
+            return True
+        inner = set(map(id, ast.walk(loop)))
+        return any(isinstance(n, ast.Call) and call_name(n) == "next" and n.args and id(n) not in inner
+                   and self._data_iterator(n.args[0]) for n in walk_local(outer))  # fmt: skip
+
+    def _data_iterator(self, e: ast.expr) -> bool:
+        """`train_iter`, `self.loader_iter`, or `it` assigned from `iter(...)`/`cycle(...)`."""
+        if re.search(r"loader|iter|data|batch", dotted(e), re.I):
+            return True
+        return isinstance(e, ast.Name) and any(isinstance(v, ast.Call) and call_name(v).split(".")[-1] in (
+            "iter", "cycle", "repeat") for v in assigned_values(e.id, self.nodes))  # fmt: skip
+
     def _calls_step(self, node: ast.AST) -> bool:
         if is_step_call(node):
             return True
         if isinstance(node, ast.Call):
             name = call_name(node).split(".")[-1]
-            return name in self.step_functions or bool(STEP_FUNCTION.search(name))
+            handed = any(isinstance(a, ast.Name) and a.id in self.step_functions for a in node.args)
+            return handed or name in self.step_functions or bool(STEP_FUNCTION.search(name))  # `timer(train_step)`
         return False
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:
@@ -316,6 +289,10 @@ class ModuleInfo(KindModel):
                         self.train_loops.add(outer)
                         outer = self.enclosing_loop(outer)
                     self.train_loops.add(loop)
+        for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`
+            outer = self.enclosing_loop(loop)
+            if outer is not None and self._per_step_outer(outer, loop):
+                self.hot_loops.add(outer)
         for name, fns in self.functions.items():
             if STEP_FUNCTION.search(name):
                 self.hot_functions.update(fns)
@@ -400,53 +377,6 @@ class ModuleInfo(KindModel):
             n = self.parent.get(n)
         holds_loop = any(self.enclosing_function(loop) is fn for loop in self.hot_loops)
         return holds_loop and not self.in_hot(call)  # an epoch function, called from outside every hot region
-
-    def is_update_gate(self, node: ast.If) -> bool:
-        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary. A test
-        naming a log/eval boundary (`not is_accumulating and step % eval.interval == 0`) is a boundary."""
-        if any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
-               if isinstance(n, ast.Call)):  # fmt: skip
-            return True
-        names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
-                 if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
-        if any(gate_word(x) for x in names):
-            return False
-        return bool(UPDATE_GATE.search(ast.unparse(node.test)))
-
-    def boundary_gate(self, node: ast.If) -> bool:
-        return is_gate(node.test) and not self.is_update_gate(node)
-
-    def _after_early_exit(self, stmt: ast.AST, block: list[ast.stmt]) -> bool:
-        """`if not should_log: return` earlier in the same block: what follows runs at the boundary only."""
-        for s in block:
-            if s is stmt:
-                return False
-            if (isinstance(s, ast.If) and _negated(s.test) and is_gate(s.test) and s.body
-                    and isinstance(s.body[-1], (ast.Return, ast.Continue))):  # fmt: skip
-                return True
-        return False
-
-    def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
-        child, n = node, self.parent.get(node)
-        while n is not None:
-            for field in ("body", "orelse"):
-                block = getattr(n, field, None)
-                if isinstance(block, list) and child in block and self._after_early_exit(child, block):
-                    return True
-            if n is stop:
-                return False
-            if isinstance(n, ast.If) and child is not n.test:
-                branch = n.body if child in n.body else n.orelse
-                inner_break = branch and isinstance(branch[-1], ast.Break) and self.enclosing_loop(n) is not stop
-                if branch and not inner_break and _terminal(branch[-1], isinstance(stop, (ast.For, ast.AsyncFor,
-                                                                                          ast.While))):  # fmt: skip
-                    return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
-            if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
-                branch = n.orelse if _negated(n.test) else n.body
-                if child in branch:
-                    return True
-            child, n = n, self.parent.get(n)
-        return False
 
     def in_hot(self, node: ast.AST) -> bool:
         """Runs every step: inside a hot loop's body or a hot function, and not under a boundary gate."""

@@ -17,6 +17,7 @@ from hotloop.lint.analysis import (
     call_name,
     dotted,
     method_name,
+    target_names,
     walk_local,
 )
 from hotloop.lint.indexing import IndexChecks
@@ -361,7 +362,7 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         test = node.test  # type: ignore[attr-defined]
         if not self.mi.in_hot(test) or self.mi.has_sync_marker(node.lineno):
             return
-        if self.kind(test) == "scalar":
+        if self.kind(test) == "scalar" or self._latched(node):
             return
         if self.tensor(test) or any(
             isinstance(n, ast.Call)
@@ -375,6 +376,17 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         ):
             kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
             self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
+
+    def _latched(self, node: ast.AST) -> bool:
+        """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in
+        the body short-circuits the tensor test once it has held - a read until then, not every step."""
+        test = getattr(node, "test", None)
+        if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and isinstance(test.values[0], ast.Name)):
+            return False
+        flag = test.values[0].id
+        return any(isinstance(s, ast.Assign) and flag in [n for t in s.targets for n in target_names(t)]
+                   and isinstance(s.value, ast.Constant) and s.value.value is True
+                   for s in getattr(node, "body", []))  # fmt: skip
 
     def _reads_tensors(self, gen: ast.GeneratorExp) -> bool:
         """`any(not torch.isfinite(p.grad).all() for p in params)`: Python truth-tests a tensor per element."""

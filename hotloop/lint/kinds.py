@@ -147,6 +147,14 @@ class KindModel:
                                           right=n.value)  # fmt: skip
                     kind = self.kind(value, info)
                     placeholder = isinstance(value, ast.Constant) and value.value is None
+                    by_position = {k: v for t in targets for k, v in self._unpacked(t, value).items()}
+                    for name, k in by_position.items():
+                        history.setdefault(name, []).append((n.lineno, k))
+                        if k == "scalar":
+                            info.scalars.add(name)
+                        elif k == "tensor":
+                            info.tensors.add(name)
+                    targets = [t for t in targets if not by_position or not isinstance(t, ast.Tuple)]
                     for t in targets:
                         if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):  # `self.cur_loss = l.item()`
                             history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else kind))
@@ -296,6 +304,38 @@ class KindModel:
         finally:
             self._in_progress.discard(fn)
 
+    def _captured(self, name: str, info: FunctionInfo) -> str | None:
+        """A nested function's free variable (`def log_stats(): log(loss)`) has the kind the enclosing
+        function gave it last before the `def`."""
+        fn = info.node
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or name in {a.arg for a in fn.args.args}:
+            return None
+        outer = self.enclosing_function(fn)  # type: ignore[attr-defined]
+        if outer is None or outer is fn or isinstance(outer, ast.Module):
+            return None
+        before = [k for line, k in self.info_of(outer).history.get(name, ()) if line < fn.lineno and k != "none"]
+        return before[-1] if before else None
+
+    def _unpacked(self, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
+        """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
+        name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
+        if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Call):
+            return {}
+        out: dict[str, str | None] = {}
+        nested = [e for e in target.elts if isinstance(e, ast.Tuple)]
+        for ref, subs in [(value.func, [target])] + [(a, nested) for a in value.args]:
+            fns = self.functions.get(dotted(ref).split(".")[-1]) if isinstance(ref, (ast.Name, ast.Attribute)) else None
+            rets = [n.value for n in self.walk_local(fns[-1]) if isinstance(n, ast.Return)] if fns else []  # type: ignore[attr-defined]
+            if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
+                continue
+            callee = self.info_of(fns[-1])  # type: ignore[index]
+            for sub in subs:
+                if len(sub.elts) == len(rets[0].elts):  # type: ignore[union-attr]
+                    for t, v in zip(sub.elts, rets[0].elts, strict=True):  # type: ignore[union-attr]
+                        if isinstance(t, ast.Name):
+                            out[t.id] = self.kind(v, callee)
+        return out
+
     def return_kind(self, fn: ast.AST) -> str | None:
         if fn in self._returns:
             return self._returns[fn]
@@ -356,6 +396,10 @@ class KindModel:
                 return "tensor" if TENSOR_NAME.search(e.id) else None
             if e.id in info.scalars and e.id not in info.tensors:
                 return "scalar"
+            if not before and e.id not in info.tensors:
+                captured = self._captured(e.id, info)
+                if captured is not None:
+                    return captured
             return "tensor" if info.is_tensor_name(e.id) else None
         if isinstance(e, ast.Attribute):
             if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
@@ -410,6 +454,11 @@ class KindModel:
         meth = method_name(e)
         if meth in SCALAR_METHODS or name in SCALAR_FUNCS:
             return "scalar"
+        if meth in ("clip_grad_norm_", "get_total_norm"):
+            return "tensor"  # the total norm, a device tensor (`torch.nn.utils` is otherwise not tensor-valued)
+        if (meth == "apply" and isinstance(e.func, ast.Attribute) and dotted(e.func.value)[:1].isupper()
+                and e.args and all(self.kind(a, info) != "scalar" for a in e.args)):  # fmt: skip
+            return "tensor"  # `AllReduce.apply(t)`: an autograd Function applied to a tensor
         if name.startswith("torch.load") or name.endswith(".load_state_dict"):
             return "scalar"  # a checkpoint dict: what is read from it is treated as Python data
         if name.startswith("torch.") and not NOT_TENSOR_TORCH.match(name):

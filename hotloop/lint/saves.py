@@ -39,12 +39,23 @@ class SaveChecks:
         statistics or a tensor of results: only losing a checkpoint costs a run."""
         if not c.args:
             return True
+        if self._reloaded(c):
+            return True  # the file the run reads back on restart: losing it costs the run, whatever it holds
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
             text += " ".join(ast.unparse(v) for v in assigned_values(c.args[0].id, walk_local(fn)))
         return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
                               re.I))  # fmt: skip
+
+    def _reloaded(self, c: ast.Call) -> bool:
+        """`torch.save({"queue": q}, queue_path)` where the same file also `torch.load(queue_path)`s it."""
+        path = c.args[1] if len(c.args) > 1 else getattr(kw(c, "f"), "value", None)
+        if not isinstance(path, (ast.Name, ast.Attribute)):
+            return False
+        text = ast.unparse(path)
+        return any(isinstance(n, ast.Call) and self.mi.call_name(n).startswith("torch.load") and n.args
+                   and ast.unparse(n.args[0]) == text for n in self.mi.nodes)  # fmt: skip
 
     def _fresh_copy_beside(self, c: ast.Call) -> bool:
         """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only

@@ -20,6 +20,56 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "a Python flag latched before a tensor test short-circuits it (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt, bank):
+            started = False
+            for x in loader:
+                out = model(x.cuda(non_blocking=True))
+                if started or not torch.all(bank[-1] == 0):
+                    started = True
+                    out = out + bank.mean()
+                out.sum().backward()
+                opt.step()
+        """,
+    ),
+    "numbers returned by a step helper, passed through a timer, are not tensors (HL002)": (
+        "HL002",
+        """
+        def train(model, loader, opt, timer, meter):
+            for x in loader:
+                x = x.cuda(non_blocking=True)
+                def train_step():
+                    loss = model(x)
+                    loss.backward()
+                    opt.step()
+                    return float(loss), 0.0
+                (loss, aux), ms = timer(train_step)
+                meter.update(loss)
+                def log_stats():
+                    print(f"{loss:.3f}")
+                log_stats()
+        """,
+    ),
+    "a continue guard naming the reporting tick gates what follows (HL007)": (
+        "HL007",
+        """
+        def run(model, loader, opt, tick_len):
+            it = iter(loader)
+            n, tick_start = 0, 0
+            while True:
+                x = next(it).cuda(non_blocking=True)
+                for phase in (1, 2):
+                    model(x).backward()
+                    opt.step()
+                n += 1
+                if n < tick_start + tick_len:
+                    continue
+                tick_start = n
+                print(model.p.cpu())
+        """,
+    ),
     "a checkpoint's step counter is an int, not a tensor (HL005)": (
         "HL005",
         """
@@ -775,6 +825,72 @@ REPORTED = {
                 assert torch.isfinite(losses).all()
                 losses.backward()
                 opt.step()
+        """,
+    ),
+    "a norm kept from clip_grad_norm_ after a 0. default, read every step (HL001)": (
+        "HL001",
+        """
+        def train(model, loader, opt, clip):
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                model(x, y).backward()
+                gnorm = 0.0
+                if clip is not None:
+                    gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+                stats = float(gnorm)
+        """,
+    ),
+    "an autograd Function's output read every step (HL001)": (
+        "HL001",
+        """
+        def train(model, loader, opt):
+            for batch in loader:
+                batch = batch.cuda(non_blocking=True)
+                model(batch).backward()
+                opt.step()
+                spread = float(AllGatherMean.apply(batch.var(dim=0).mean()))
+        """,
+    ),
+    "a step loop over phases inside a loop that fetches the batch: copies are per step (HL012)": (
+        "HL012",
+        """
+        def run(G, D, phases, loader, device):
+            it = iter(loader)
+            while True:
+                imgs, labels = next(it)
+                imgs = imgs.to(device)
+                for phase in phases:
+                    phase.loss(imgs).backward()
+                    phase.opt.step()
+        """,
+    ),
+    "a step handed to a timer makes its loop the training loop (HL001)": (
+        "HL001",
+        """
+        def train(model, loader, opt, timer):
+            for x in loader:
+                x = x.cuda(non_blocking=True)
+                def train_step():
+                    loss = model(x)
+                    loss.backward()
+                    opt.step()
+                    return loss
+                _, ms = timer(train_step)
+                width = float(Sync.apply(x.std()))
+        """,
+    ),
+    "a side file the run reloads on restart, overwritten in place (HL021)": (
+        "HL021",
+        """
+        def main(model, loader, opt, args):
+            bank_path = args.out + "/bank.pth"
+            bank = torch.load(bank_path)["bank"]
+            for epoch in range(args.epochs):
+                for x in loader:
+                    model(x).backward()
+                    opt.step()
+                torch.save({"bank": bank}, bank_path)
         """,
     ),
     "num_workers passed positionally (HL011)": (

@@ -1,0 +1,127 @@
+"""The gate model: which `if` blocks of a hot region run at a boundary (log/eval/save, once per interval)
+and which run every step (an accumulation window's optimizer update, the `else:` of a gate).
+
+A test with `%` or a name whose words say log/eval/save/... is a boundary; one whose body steps the
+optimizer (`if (i + 1) % accum == 0: optimizer.step()`) is an *update gate*, as hot as the loop. An early
+exit (`if not should_log: return`, a `continue` guard naming a period) gates what follows in its block; a
+block ending in raise/exit (and return/break when the hot region is the loop) runs once. Mixed into
+`analysis.ModuleInfo`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from hotloop.lint.kinds import dotted, method_name
+
+GATE_WORDS = {
+    "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
+    "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
+    "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
+    "benchmark", "timing", "logs", "metric", "metrics", "console", "tick",
+}  # fmt: skip
+UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
+STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
+
+
+def is_optimizer_step(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "step"
+            and bool(STEP_RECEIVER.search(dotted(node.func.value) or "")))  # fmt: skip
+
+
+def gate_word(name: str) -> bool:
+    words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
+    return any(w in GATE_WORDS for w in words)
+
+
+def is_gate(test: ast.expr) -> bool:
+    """A periodic boundary: `%`, or a name that says log/eval/save/... - not an object's existence test
+    (`if log_writer is not None:` holds on every step of a run that has one)."""
+    existence = {id(x) for c in ast.walk(test) if isinstance(c, ast.Compare)
+                 and all(isinstance(op, (ast.Is, ast.IsNot)) for op in c.ops) for x in ast.walk(c)}  # fmt: skip
+    for n in ast.walk(test):
+        if id(n) in existence:
+            continue
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+            return True
+        if isinstance(n, ast.Name) and gate_word(n.id):
+            return True
+        if isinstance(n, ast.Attribute) and gate_word(n.attr):
+            return True
+    return False
+
+
+def terminal(stmt: ast.stmt, loop: bool) -> bool:
+    """A statement after which the hot loop does not go on: raise, sys.exit()/exit()/quit(), and - when the
+    hot region is a loop, not a function called every step - return and break. Such a block runs once."""
+    if isinstance(stmt, ast.Raise) or loop and isinstance(stmt, (ast.Return, ast.Break)):
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) in (
+        "sys.exit", "exit", "quit", "os._exit")  # fmt: skip
+
+
+def negated(test: ast.expr) -> bool:
+    """`if step % n != 0:` / `if not is_log_step:`: the gated statements are in the `else:`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return True
+    return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
+
+
+class GateModel:
+    """Mixed into ModuleInfo: needs `parent` and `enclosing_loop`."""
+
+    parent: dict
+
+    def is_update_gate(self, node: ast.If) -> bool:
+        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary. A test
+        naming a log/eval boundary (`not is_accumulating and step % eval.interval == 0`) is a boundary."""
+        if any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
+               if isinstance(n, ast.Call)):  # fmt: skip
+            return True
+        names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
+                 if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
+        if any(gate_word(x) for x in names):
+            return False
+        return bool(UPDATE_GATE.search(ast.unparse(node.test)))
+
+    def boundary_gate(self, node: ast.If) -> bool:
+        return is_gate(node.test) and not self.is_update_gate(node)
+
+    def _after_early_exit(self, stmt: ast.AST, block: list[ast.stmt]) -> bool:
+        """`if not should_log: return` earlier in the same block: what follows runs at the boundary only. A
+        `continue` guard naming a period (`if cur_nimg < tick_start + kimg_per_tick: continue`) skips to the
+        next step until the boundary, whichever way its test is written."""
+        for s in block:
+            if s is stmt:
+                return False
+            if (
+                isinstance(s, ast.If)
+                and is_gate(s.test)
+                and s.body
+                and (isinstance(s.body[-1], ast.Continue) or negated(s.test) and isinstance(s.body[-1], ast.Return))
+            ):
+                return True
+        return False
+
+    def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
+        child, n = node, self.parent.get(node)
+        while n is not None:
+            for field in ("body", "orelse"):
+                block = getattr(n, field, None)
+                if isinstance(block, list) and child in block and self._after_early_exit(child, block):
+                    return True
+            if n is stop:
+                return False
+            if isinstance(n, ast.If) and child is not n.test:
+                branch = n.body if child in n.body else n.orelse
+                inner_break = branch and isinstance(branch[-1], ast.Break) and self.enclosing_loop(n) is not stop
+                if branch and not inner_break and terminal(branch[-1], isinstance(stop, (ast.For, ast.AsyncFor,
+                                                                                          ast.While))):  # fmt: skip
+                    return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
+            if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
+                branch = n.orelse if negated(n.test) else n.body
+                if child in branch:
+                    return True
+            child, n = n, self.parent.get(n)
+        return False
