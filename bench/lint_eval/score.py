@@ -42,11 +42,13 @@ def local_path(root: Path, doc: dict, path: str) -> Path:
 
 def download(root: Path, docs: list[dict]) -> None:
     for doc in docs:
-        for f in doc["files"]:
-            dest = local_path(root, doc, f["path"])
+        # Each labelled file, and the project modules it imports (`context`), which lint's cross-file pass reads.
+        paths = sorted({p for f in doc["files"] for p in [f["path"], *f.get("context", [])]})
+        for path in paths:
+            dest = local_path(root, doc, path)
             if dest.exists():
                 continue
-            url = f"https://raw.githubusercontent.com/{doc['repo']}/{doc['commit']}/{f['path']}"
+            url = f"https://raw.githubusercontent.com/{doc['repo']}/{doc['commit']}/{path}"
             dest.parent.mkdir(parents=True, exist_ok=True)
             with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 (a fixed https host)
                 dest.write_bytes(r.read())

@@ -7,7 +7,7 @@
 
 Suppress a line with `# noqa: HL001` (or a bare `# noqa`); mark an intended host read with
 `# sync: <why>`. `[tool.hotloop.lint]` in pyproject.toml takes `select`, `ignore` and `exclude`.
-See `analysis.py` for what counts as a hot loop.
+See `analysis.py` for what counts as a hot loop, `imports.py` for helpers of the script's own project.
 """
 
 from __future__ import annotations

@@ -321,6 +321,12 @@ class ModuleInfo(KindModel, GateModel):
         # Interprocedural: what a hot region calls every step is hot; what a training loop calls is training code.
         self._generators()
         self._callbacks()
+        self.propagate()
+
+    def propagate(self, *hot: ast.AST) -> None:
+        """Make `hot` functions hot (a helper another file calls every step), then, to a fixpoint, what hot
+        regions call every step and what training loops call."""
+        self.hot_functions.update(hot)
         calls = [n for n in self.nodes if isinstance(n, ast.Call) and self.targets_of(n)]
         changed = True
         while changed:
@@ -366,7 +372,14 @@ class ModuleInfo(KindModel, GateModel):
                     self._next_targets[n] = fns
 
     def targets_of(self, call: ast.Call) -> list[ast.AST]:
-        return self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
+        """The same-file functions a call may reach; for `self.f(...)`, the `f` of the caller's own class
+        when it has one (two loss classes each with a `build_targets` do not share them)."""
+        found = self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
+        if len(found) > 1 and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self":
+            cls = self.parent.get(self.enclosing_function(call))
+            own = [f for f in found if self.parent.get(f) is cls]
+            return own or found
+        return found
 
     def _is_outer(self, fn: ast.AST, call: ast.AST) -> bool:
         """A call inside `fn` itself (recursion) or of a function that holds the hot loop (an epoch function)."""

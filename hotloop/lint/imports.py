@@ -1,0 +1,205 @@
+"""Effects across files: what a helper of the script's own project does when the hot loop calls it.
+
+`hotloop lint train.py` resolves the script's imports of its own project (`from src.utils.logging import
+grad_logger`, `from utils.loss import ComputeLoss`, `import utils.misc as misc`) to files beside it: the
+module is looked for from the script's folder upwards (at most four levels), like `python train.py` or
+`python -m` from the repository root would find it. When a hot region calls such a function, or an
+instance of such a class (its `__call__` or `forward`), the helper's module is analysed again with that
+function made hot, and each host read (or device synchronisation) that only this makes hot is reported at
+the call site, naming the file and line inside. Without the project on disk (a lone file) nothing changes.
+One level deep: the helper's own imports are not followed.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted
+
+# Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
+# data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
+# another file's model code were mostly configuration attributes and inference paths when scored.
+EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
+MOVER = re.compile(r"device|move|cuda|transfer|prefetch", re.I)  # HL012 only from a helper that moves batches
+LEVELS_UP = 4
+_EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str]]] = {}  # (file, mtime, name, cuda)
+_MODULES: dict[tuple[str, float], ModuleInfo | None] = {}
+_RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
+
+
+def _find(tree: ast.Module, name: str) -> ast.AST | None:
+    """A top-level function, or the method a call of a class's instance runs (`__call__`, `forward`)."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            return methods.get("__call__") or methods.get("forward")
+    return None
+
+
+class Project:
+    """The files of the linted script's project, as its imports name them."""
+
+    def __init__(self, mi: ModuleInfo) -> None:
+        self.mi = mi
+        self.file = Path(mi.path).resolve() if mi.path and not mi.path.startswith("<") else None
+        self.names: dict[str, tuple[Path, str]] = {}  # local name -> (file, function or class in it)
+        self.modules: dict[str, Path] = {}  # local name -> module file
+        if self.file is not None and self.file.is_file():
+            self._read_imports()
+
+    def _resolve(self, module: str, level: int) -> Path | None:
+        assert self.file is not None
+        key = (self.file.parent, module, level)
+        if key not in _RESOLVED:  # a directory's files import the same modules: look each up once
+            _RESOLVED[key] = self._lookup(module, level)
+        found = _RESOLVED[key]
+        return found if found != self.file else None
+
+    def _lookup(self, module: str, level: int) -> Path | None:
+        assert self.file is not None
+        if level:
+            roots = [self.file.parents[level - 1]] if level <= len(self.file.parents) else []
+        else:
+            roots = [self.file.parent, *list(self.file.parent.parents)[:LEVELS_UP]]
+        rel = Path(*module.split(".")) if module else Path()
+        for root in roots:
+            for f in (
+                (root / rel.parent / f"{rel.name}.py", root / rel / "__init__.py")
+                if module
+                else (root / "__init__.py",)
+            ):
+                if f.is_file():
+                    return f
+        return None
+
+    def _read_imports(self) -> None:
+        for n in self.mi.nodes:
+            if isinstance(n, ast.ImportFrom):
+                for a in n.names:
+                    local = a.asname or a.name
+                    sub = self._resolve(f"{n.module}.{a.name}" if n.module else a.name, n.level)
+                    if sub is not None:  # `from utils import loss`: a module
+                        self.modules[local] = sub
+                    elif (f := self._resolve(n.module or "", n.level)) is not None:
+                        self.names[local] = (f, a.name)
+            elif isinstance(n, ast.Import):
+                for a in n.names:
+                    if a.asname and (f := self._resolve(a.name, 0)) is not None:
+                        self.modules[a.asname] = f
+
+    def callee(self, c: ast.Call) -> tuple[Path, str] | None:
+        """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an
+        `obj = Imported(...)` of this file."""
+        name = call_name(c)
+        head, _, rest = name.partition(".")
+        if not rest and head in self.names:
+            return self.names[head]
+        if rest and "." not in rest and head in self.modules:
+            return self.modules[head], rest
+        return self._instances().get(name)
+
+    def _instances(self) -> dict[str, tuple[Path, str]]:
+        """`compute_loss = ComputeLossOTA(model)` (or `self.crit = losses.Focal()`): the name runs the class."""
+        if not hasattr(self, "_inst"):
+            self._inst: dict[str, tuple[Path, str]] = {}
+            for n in self.mi.nodes:
+                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                    cls = call_name(n.value)
+                    h, _, r = cls.partition(".")
+                    target = (
+                        self.names.get(cls) or (self.modules[h], r) if r and h in self.modules else self.names.get(cls)
+                    )
+                    for t in n.targets if target else ():
+                        self._inst.setdefault(dotted(t), target)
+        return self._inst
+
+
+def _module(file: Path, mtime: float) -> ModuleInfo | None:
+    """One analysis per helper file (its hot sets are put back after each name's effects)."""
+    key = (str(file), mtime)
+    if key not in _MODULES:
+        try:
+            source = file.read_text(encoding="utf-8-sig")
+            _MODULES[key] = ModuleInfo(ast.parse(source), source, str(file))
+        except (OSError, SyntaxError, ValueError):
+            _MODULES[key] = None
+    return _MODULES[key]
+
+
+def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
+    n = mi.parent.get(node)
+    while n is not None and n not in fns:
+        n = mi.parent.get(n)
+    return n is not None
+
+
+def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if self.autobalance:` / `if not self.flag:`: an option of the helper whose value is set
+    elsewhere (often off by default): not known to run every step."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and not isinstance(n, ast.Module):
+        if isinstance(n, ast.If) and child is not n.test:
+            test = n.test.operand if isinstance(n.test, ast.UnaryOp) else n.test
+            if isinstance(test, ast.Attribute) and dotted(test).startswith("self."):
+                return True
+        child, n = n, mi.parent.get(n)
+    return False
+
+
+def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str]]:
+    """(code, line, message) of each read that calling `name` every step adds inside `file`."""
+    from hotloop.lint.checks import TORCH_CODE, Checker
+
+    def check(mi: ModuleInfo) -> list:  # this module's own rules only: one level deep, no recursion
+        return Checker(mi).run() if TORCH_CODE.search(mi.source) else []
+
+    key = (str(file), file.stat().st_mtime, name, device_code)
+    if key not in _EFFECTS:
+        _EFFECTS[key] = []
+        mi = _module(file, key[1])
+        if mi is None:
+            return []
+        source, fn = mi.source, _find(mi.tree, name)
+        if fn is None:  # a package's `__init__.py` re-exporting it: `from ._device import batch_to_device`
+            again = Project(mi).names.get(name)
+            if again is not None and again[0] != file:
+                _EFFECTS[key] = effects(again[0], again[1], device_code)
+                return _EFFECTS[key]
+        if fn is not None:
+            saved = (mi.device_code, set(mi.hot_functions), set(mi.train_functions))
+            mi.device_code = mi.device_code or device_code  # the caller moves data to the device: so does this
+            mi.propagate(fn)
+            new = mi.hot_functions - saved[1]  # what this call makes hot: its reads are the call's effects
+            lines = source.splitlines()
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message) for h in check(mi)
+                             if h.code in EFFECT_CODES and _inside(mi, h.node, new)
+                             and "noqa" not in lines[h.node.lineno - 1] and not _switched(mi, h.node)]  # fmt: skip
+            mi.device_code, mi.hot_functions, mi.train_functions = saved  # the next name starts from the file as is
+    return _EFFECTS[key]
+
+
+def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[str, ast.Call, str]]:
+    """(code, call, message) for each hot call whose helper in another file reads on the host."""
+    project = Project(mi)
+    if not (project.names or project.modules):
+        return []
+    out = []
+    for c in mi.nodes:
+        if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):
+            continue
+        target = project.callee(c)
+        if target is None:
+            continue
+        file, name = target
+        where = os.path.relpath(file, project.file.parent) if project.file else file
+        for code, line, message in effects(file, name, mi.device_code):
+            if (c.lineno, code) in seen or code == "HL012" and not MOVER.search(name):
+                continue
+            seen.add((c.lineno, code))
+            out.append((code, c, f"`{call_name(c)}(...)` runs every step, and in it ({where}:{line}): {message}"))
+    return out

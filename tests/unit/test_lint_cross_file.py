@@ -1,0 +1,114 @@
+"""Lint's cross-file pass: a helper of the script's own project, called every step from the hot loop, is
+analysed as hot and its host reads are reported at the call site; without the project on disk, or for a
+helper called at a boundary, nothing is reported. Reference: the same helper pasted into the script."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_source
+
+HELPERS = """
+import torch
+
+def grad_stats(named_params):
+    return [float(torch.norm(p.grad)) for n, p in named_params if p.grad is not None]
+
+def timed(closure):
+    out = closure()
+    torch.cuda.synchronize()
+    return out
+
+def batch_to_device(batch, device):
+    return {k: v.to(device) for k, v in batch.items()}
+
+def scaled(x):
+    return x * 2
+
+class Gated:
+    def __init__(self, balance=False):
+        self.balance = balance
+
+    def __call__(self, loss):
+        if self.balance:
+            print(loss.item())
+        return loss
+
+class Criterion:
+    def __call__(self, pred, y):
+        loss = ((pred - y) ** 2).mean()
+        return loss + self.extra(pred)
+
+    def extra(self, pred):
+        return pred.abs().sum().item() * 0.0
+"""
+
+SCRIPT = """
+import torch
+from src.utils.helpers import grad_stats, timed, batch_to_device, scaled
+from src.utils import helpers as h
+
+def main(model, loader, opt, device):
+    crit = h.Criterion()
+    gated = h.Gated()
+    for step, batch in enumerate(loader):
+        batch = batch_to_device(batch, device)
+        loss = crit(model(batch["x"]), batch["y"])
+        loss.backward()
+        opt.step()
+        timed(lambda: None)
+        z = scaled(loss)
+        loss = gated(loss)
+        if step % 100 == 0:
+            print(grad_stats(model.named_parameters()))
+        stats = grad_stats(model.named_parameters())
+"""
+
+
+def _project(tmp_path: Path) -> Path:
+    tmp_path = tmp_path / "proj"
+    (tmp_path / "src" / "utils").mkdir(parents=True)
+    (tmp_path / "src" / "utils" / "helpers.py").write_text(textwrap.dedent(HELPERS))
+    (tmp_path / "app").mkdir()
+    script = tmp_path / "app" / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    return script
+
+
+def test_helpers_called_every_step_are_reported_at_the_call_site(tmp_path):
+    script = _project(tmp_path)
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    stats = (at("stats = grad_stats"), "HL001")
+    assert stats in found and "helpers.py" in found[stats]  # float(norm) per parameter, inside the helper
+    assert (at("timed("), "HL020") in found  # a synchronize inside the helper
+    assert (at("batch = batch_to_device"), "HL012") in found  # a batch mover with blocking copies
+    assert (at("loss = crit("), "HL001") in found  # the instance's __call__ -> its own extra() reads .item()
+    assert not any(line == at("z = scaled") for line, _ in found)  # a helper that reads nothing
+    # the boundary call (under `step % 100`) and a read behind the helper's own option (`if self.balance:`,
+    # set elsewhere) are not per step
+    assert not any(line in (at("print(grad_stats"), at("loss = gated(")) for line, _ in found)
+
+
+def test_a_lone_file_or_an_unresolvable_import_changes_nothing(tmp_path):
+    script = _project(tmp_path)
+    assert lint_source(script.read_text(), "<string>") == []
+    (tmp_path / "elsewhere").mkdir()
+    alone = tmp_path / "elsewhere" / "alone.py"
+    alone.write_text(textwrap.dedent(SCRIPT))  # `src.utils` is not beside or above it
+    assert lint_source(alone.read_text(), str(alone)) == []
+
+
+def test_a_package_reexport_is_followed(tmp_path):
+    script = _project(tmp_path)
+    (tmp_path / "proj" / "src" / "utils" / "__init__.py").write_text("from .helpers import grad_stats\n")
+    script.write_text(script.read_text().replace("from src.utils.helpers import grad_stats, timed, batch_to_device, "
+                                                 "scaled", "from src.utils import grad_stats"))  # fmt: skip
+    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    stats = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if t.strip().startswith("stats ="))
+    assert (stats, "HL001") in found
