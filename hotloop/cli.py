@@ -177,6 +177,8 @@ def _bench(args: argparse.Namespace) -> int:
     for v in variants or []:
         if v not in VARIANTS:
             raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
+        if v == "hotloop-graphs" and not args.device.startswith("cuda"):
+            raise ConfigError("variant `hotloop-graphs` (CUDA graphs) needs --device cuda")
     if args.device.startswith("cuda"):
         import torch
 
@@ -298,7 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="gpt2: GPT-2 small's real shape (CUDA); overhead: per-step host cost on Linear(8,8)",
     )
     bench.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
-    bench.add_argument("--variants", help="comma-separated subset of plain,naive,hotloop,lightning,accelerate")
+    bench.add_argument(
+        "--variants",
+        help="comma-separated subset of plain,naive,hotloop,lightning,accelerate "
+        "(default: those five) and hotloop-graphs (CUDA only: compile=reduce-overhead)",
+    )
     bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
     bench.add_argument("--steps", type=int, help="measured steps per round (after warmup)")
     bench.add_argument("--json", help="write the result rows to this JSON file")

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hotloop.benchmarks.variants import REQUIRES, VARIANTS, Window
+from hotloop.benchmarks.variants import DEFAULT_VARIANTS, REQUIRES, VARIANTS, Window
 from hotloop.benchmarks.workloads import make_workload
 from hotloop.doctor import HostReadCounter
 
@@ -93,8 +93,11 @@ def run_bench(
     dev = torch.device(device)
     w = make_workload(workload, device)
     steps = steps or DEFAULT_STEPS[(workload, dev.type)]
-    names = [v for v in (variants or list(VARIANTS)) if available(v)]
-    skipped = [v for v in (variants or list(VARIANTS)) if v not in names]
+    unknown = [v for v in variants or [] if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    names = [v for v in (variants or DEFAULT_VARIANTS) if available(v)]
+    skipped = [v for v in (variants or DEFAULT_VARIANTS) if v not in names]
     if skipped:
         say(f"not installed, skipped: {', '.join(skipped)} (pip install 'hotloop[bench]')")
     speeds: dict[str, list[float]] = {v: [] for v in names}

@@ -189,7 +189,7 @@ def run_naive(w: Workload, device: torch.device, window: Window) -> None:
     _hand_loop(w, device, window, per_sample)
 
 
-def run_hotloop(w: Workload, device: torch.device, window: Window) -> None:
+def run_hotloop(w: Workload, device: torch.device, window: Window, **overrides: Any) -> None:
     from hotloop import Callback, TrainConfig, Trainer
 
     class Tick(Callback):
@@ -200,9 +200,17 @@ def run_hotloop(w: Workload, device: torch.device, window: Window) -> None:
         cfg = TrainConfig(max_steps=window.warmup + window.steps, batch_size=w.batch_size, lr=w.lr,
                           schedule="constant", clip_grad=1.0, precision=w.precision, log_every=SYNC_EVERY,
                           eval_every=0, run_dir=run_dir, progress="off", tensorboard=False,
-                          device=str(device), seed=0)  # fmt: skip
+                          device=str(device), seed=0, **overrides)  # fmt: skip
         torch.manual_seed(0)
         Trainer(w.make_model(), cfg, callbacks=[Tick()]).fit((w.x, w.y))
+
+
+def run_hotloop_graphs(w: Workload, device: torch.device, window: Window) -> None:
+    """Opt-in, CUDA only: hotloop with `compile="reduce-overhead"` (CUDA graphs replay the step's kernels
+    with one launch), for launch-bound models such as `mlp`."""
+    if device.type != "cuda":
+        raise ValueError("the hotloop-graphs variant needs CUDA (CUDA graphs)")
+    run_hotloop(w, device, window, compile="reduce-overhead")
 
 
 def run_lightning(w: Workload, device: torch.device, window: Window) -> None:
@@ -288,5 +296,7 @@ VARIANTS: dict[str, Callable[[Workload, torch.device, Window], None]] = {
     "hotloop": run_hotloop,
     "lightning": run_lightning,
     "accelerate": run_accelerate,
+    "hotloop-graphs": run_hotloop_graphs,
 }
+DEFAULT_VARIANTS = ["plain", "naive", "hotloop", "lightning", "accelerate"]  # hotloop-graphs: ask for it
 REQUIRES = {"lightning": "lightning", "accelerate": "accelerate"}

@@ -60,7 +60,9 @@ def run_benches(out: Path | None, quick: bool = False) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             path = (out or Path(tmp)) / f"bench-{workload}-cuda.json"
             code = "from hotloop.benchmarks import run_bench; "
-            code += f"run_bench({workload!r}, 'cuda', rounds={rounds}, json_path={str(path)!r})"
+            variants = "None" if workload == "gpt2" else "DEFAULT_VARIANTS + ['hotloop-graphs']"  # launch-bound mlp
+            code = "from hotloop.benchmarks.variants import DEFAULT_VARIANTS; " + code
+            code += f"run_bench({workload!r}, 'cuda', {variants}, rounds={rounds}, json_path={str(path)!r})"
             proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
             got = json.loads(path.read_text()) if proc.returncode == 0 and path.exists() else None
         if got is None:  # a failed bench is a row, not the end of the check
