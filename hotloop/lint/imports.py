@@ -96,6 +96,8 @@ class Project:
         """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an
         `obj = Imported(...)` of this file."""
         name = call_name(c)
+        if not name:  # `x[k].mul_(...)`, `(a - b)(...)`: no name to resolve
+            return None
         head, _, rest = name.partition(".")
         if not rest and head in self.names:
             return self.names[head]
@@ -114,8 +116,11 @@ class Project:
                     target = (
                         self.names.get(cls) or (self.modules[h], r) if r and h in self.modules else self.names.get(cls)
                     )
-                    for t in n.targets if target else ():
-                        self._inst.setdefault(dotted(t), target)
+                    if target is None or not target[1][:1].isupper():
+                        continue  # an instance of a class (`ComputeLoss(...)`), not a function's result
+                    for t in n.targets:
+                        if dotted(t):
+                            self._inst.setdefault(dotted(t), target)
         return self._inst
 
 

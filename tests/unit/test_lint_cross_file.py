@@ -52,6 +52,8 @@ from src.utils import helpers as h
 def main(model, loader, opt, device):
     crit = h.Criterion()
     gated = h.Gated()
+    first, rest = grad_stats(model.named_parameters())
+    params = list(model.parameters())
     for step, batch in enumerate(loader):
         batch = batch_to_device(batch, device)
         loss = crit(model(batch["x"]), batch["y"])
@@ -59,6 +61,7 @@ def main(model, loader, opt, device):
         opt.step()
         timed(lambda: None)
         z = scaled(loss)
+        params[0].data.mul_(0.999)
         loss = gated(loss)
         if step % 100 == 0:
             print(grad_stats(model.named_parameters()))
@@ -90,6 +93,7 @@ def test_helpers_called_every_step_are_reported_at_the_call_site(tmp_path):
     assert (at("batch = batch_to_device"), "HL012") in found  # a batch mover with blocking copies
     assert (at("loss = crit("), "HL001") in found  # the instance's __call__ -> its own extra() reads .item()
     assert not any(line == at("z = scaled") for line, _ in found)  # a helper that reads nothing
+    assert not any(line == at("params[0].data") for line, _ in found)  # a call with no name resolves to nothing
     # the boundary call (under `step % 100`) and a read behind the helper's own option (`if self.balance:`,
     # set elsewhere) are not per step
     assert not any(line in (at("print(grad_stats"), at("loss = gated(")) for line, _ in found)
