@@ -132,6 +132,8 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
                 self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
                 self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
+            elif name.startswith("math.") and c.args and self.tensor(c.args[0]) and not self._comp_bound(c.args[0]):
+                self.add("HL001", c, f"`{_src(c)}` converts a tensor to a Python float: a host read every step")
             if LOG_FUNCS.match(raw):
                 values = [a.value if isinstance(a, ast.Starred) else a for a in c.args]
                 values += [k.value for k in c.keywords]
@@ -377,6 +379,18 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         ):
             kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
             self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
+
+    def _comp_bound(self, e: ast.expr) -> bool:
+        """Uses a comprehension's variable (`math.ceil(x * sf) for x in imgs.shape[2:]`): its kind is the
+        iterable's, not its name's."""
+        used = {n.id for n in ast.walk(e) if isinstance(n, ast.Name)}
+        n = self.mi.parent.get(e)
+        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+            if isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                if used & {x for g in n.generators for x in target_names(g.target)}:
+                    return True
+            n = self.mi.parent.get(n)
+        return False
 
     def _latched(self, node: ast.AST) -> bool:
         """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in

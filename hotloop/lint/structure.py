@@ -289,7 +289,11 @@ class StructureChecks:
                      for t in n.targets for name in target_names(t)}  # fmt: skip
         accumulating = False
         for n in walk_local(loop):
-            if isinstance(n, ast.If) and any(is_optimizer_step(x) for s in n.body + n.orelse for x in ast.walk(s)):
+            if (isinstance(n, ast.If) and any(is_optimizer_step(x) for s in n.body + n.orelse for x in ast.walk(s))
+                    and not any(method_name(x) == "backward" for s in n.body for x in ast.walk(s)
+                                if isinstance(x, ast.Call))):  # fmt: skip
+                # (a gated block with its own backward and step - a GAN's lazy regularisation every N steps -
+                # is a periodic extra update, not the end of an accumulation window)
                 test = n.test
                 if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(test)) or any(
                     isinstance(x, ast.Name) and (x.id in mod_names or re.search("accum", x.id, re.I))
@@ -404,7 +408,7 @@ class StructureChecks:
         """The flags (`args.distributed`) of the `if`s whose body holds `node`."""
         out, child, n = set(), node, self.mi.parent.get(node)
         while n is not None:
-            if isinstance(n, ast.If) and child in n.body:
+            if isinstance(n, ast.If) and child in n.body or isinstance(n, ast.IfExp) and child is n.body:
                 out |= {dotted(x) for x in ast.walk(n.test) if isinstance(x, (ast.Name, ast.Attribute)) and dotted(x)}
             child, n = n, self.mi.parent.get(n)
         return out
@@ -423,10 +427,16 @@ class StructureChecks:
                 if shuffle is not None and isinstance(shuffle.value, ast.Constant) and not shuffle.value.value:
                     continue  # an evaluation sampler: no order to vary
                 parent = self.mi.parent.get(n)
+                while isinstance(parent, ast.IfExp):  # `DistributedSampler(ds) if distributed else None`
+                    parent = self.mi.parent.get(parent)
                 where = (
                     " ".join(dotted(t) for t in getattr(parent, "targets", []))
                     + " "
-                    + " ".join(k.arg or "" for k in getattr(parent, "keywords", []) if k.value is n)
+                    + " ".join(
+                        k.arg or "" for k in getattr(parent, "keywords", []) if any(x is n for x in ast.walk(k.value))
+                    )
+                    + " "
+                    + (dotted(n.args[0]) if n.args else "")  # `DistributedSampler(valset)`
                 )
                 if re.search(r"val|test|eval", where, re.I):
                     continue

@@ -20,6 +20,40 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "a conditional sampler and set_epoch under the same condition; a sampler over a validation set (HL015)": (
+        "HL015",
+        """
+        def main(h, trainset, valset, model, opt):
+            sampler = DistributedSampler(trainset) if h.num_gpus > 1 else None
+            loader = DataLoader(trainset, sampler=sampler, batch_size=16)
+            for epoch in range(10):
+                if h.num_gpus > 1:
+                    sampler.set_epoch(epoch)
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).backward()
+                    opt.step()
+                v_sampler = DistributedSampler(valset) if h.num_gpus > 1 else None
+        """,
+    ),
+    "a GAN's lazy regularisation (its own backward and step every N steps) is no accumulation (HL016)": (
+        "HL016",
+        """
+        def train(G, D, loader, g_opt, d_opt, args):
+            for i, real in enumerate(loader):
+                real = real.cuda(non_blocking=True)
+                d_loss = D(G.sample()).mean() - D(real).mean()
+                d_loss.backward()
+                d_opt.step()
+                regularize = i % args.reg_every == 0
+                if regularize:
+                    r1 = D(real).pow(2).mean()
+                    r1.backward()
+                    d_opt.step()
+                g_loss = -D(G.sample()).mean()
+                g_loss.backward()
+                g_opt.step()
+        """,
+    ),
     "a Python flag latched before a tensor test short-circuits it (HL005)": (
         "HL005",
         """
@@ -891,6 +925,19 @@ REPORTED = {
                     model(x).backward()
                     opt.step()
                 torch.save({"bank": bank}, bank_path)
+        """,
+    ),
+    "math.isnan of a device grad norm every step (HL001)": (
+        "HL001",
+        """
+        import math
+        def train(model, loader, opt):
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                model(x, y).backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                overflow = math.isnan(grad_norm)
+                opt.step()
         """,
     ),
     "num_workers passed positionally (HL011)": (
