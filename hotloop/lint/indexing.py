@@ -23,15 +23,14 @@ class IndexChecks:
     def kind(self, e: ast.expr) -> str | None:  # pragma: no cover (Checker's)
         raise NotImplementedError
 
+    def _host(self, e: ast.expr, depth: int = 0) -> bool:  # pragma: no cover (HostProvenance's)
+        raise NotImplementedError
+
     def subscript(self, node: ast.Subscript) -> None:
         if not self.mi.in_hot(node) or isinstance(node.ctx, ast.Store):
             return  # `x[mask] = v` is a masked fill on the device: no size to read
         idx = node.slice
-        if (
-            isinstance(idx, ast.Compare)
-            and self.tensor(idx)
-            or (isinstance(idx, ast.Name) and idx.id in self._mask_names(node))
-        ):
+        if self._is_mask(idx, node) and not self._host(idx):  # a mask made on the CPU: its count is on the host
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
             return
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
@@ -84,13 +83,35 @@ class IndexChecks:
             return bool(values) and all(const(v) for v in values)
         return const(e)
 
+    def _is_mask(self, e: ast.expr, node: ast.AST) -> bool:
+        """A boolean tensor: `x > 0`, `~mask`, `labels.bool()`, a name assigned one, or anything made with
+        `dtype=torch.bool` (`torch.eye(n, dtype=torch.bool).to(device)`)."""
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Invert):
+            return self._is_mask(e.operand, node)
+        if isinstance(e, ast.Compare):
+            return self.tensor(e)
+        if isinstance(e, ast.Name):
+            return e.id in self._mask_names(node)
+        return isinstance(e, ast.Call) and _bool_made(e)
+
     def _mask_names(self, node: ast.AST) -> set[str]:
         fn = self.mi.enclosing_function(node)
         out = set()
         for n in walk_local(fn):
             if isinstance(n, ast.Assign) and (
                 isinstance(n.value, ast.Compare) and self.tensor(n.value)
-                or isinstance(n.value, ast.Call) and method_name(n.value) == "bool"
+                or isinstance(n.value, ast.Call) and _bool_made(n.value)
             ):  # fmt: skip
                 out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         return out
+
+
+def _bool_made(call: ast.Call) -> bool:
+    """`t.bool()`, `torch.eye(n, dtype=torch.bool)`, and either followed by `.to(...)`/`.cuda()`."""
+    e: ast.expr = call
+    while isinstance(e, ast.Call):
+        if method_name(e) == "bool" or any(k.arg == "dtype" and dotted(k.value) in ("torch.bool", "bool")
+                                           for k in e.keywords):  # fmt: skip
+            return True
+        e = e.func.value if isinstance(e.func, ast.Attribute) else e.func
+    return False

@@ -20,6 +20,24 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "a boolean mask made on the CPU indexes device data without a device sync (HL006)": (
+        "HL006",
+        """
+        def adapt(batch, learner, shots, device):
+            data, labels = batch
+            data, labels = data.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            support = torch.zeros(data.size(0), dtype=bool)
+            support[torch.arange(shots) * 2] = True
+            query = ~support
+            return learner(data[support]), data[query]
+
+        def train(learner, loader, opt, device):
+            for batch in loader:
+                a, b = adapt(batch, learner, 5, device)
+                a.sum().backward()
+                opt.step()
+        """,
+    ),
     "a conditional sampler and set_epoch under the same condition; a sampler over a validation set (HL015)": (
         "HL015",
         """
@@ -925,6 +943,22 @@ REPORTED = {
                     model(x).backward()
                     opt.step()
                 torch.save({"bank": bank}, bank_path)
+        """,
+    ),
+    "a named mask, its inverse and .bool() index a device tensor every step (HL006)": (
+        "HL006",
+        """
+        def nce(features, device):
+            sim = features @ features.T
+            mask = torch.eye(sim.shape[0], dtype=torch.bool).to(device)
+            return sim[~mask].view(sim.shape[0], -1)
+
+        def train(model, loader, opt, device):
+            for x in loader:
+                x = x.to(device, non_blocking=True)
+                loss = nce(model(x), device).mean()
+                loss.backward()
+                opt.step()
         """,
     ),
     "math.isnan of a device grad norm every step (HL001)": (
