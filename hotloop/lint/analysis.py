@@ -296,6 +296,15 @@ class ModuleInfo(KindModel, GateModel):
         for name, fns in self.functions.items():
             if STEP_FUNCTION.search(name):
                 self.hot_functions.update(fns)
+            # A function that itself runs backward and steps the optimizer, with no loop over data of its own (a
+            # step closure a factory returns, a trainer's `optimize_parameters`), is one step wherever it is called.
+            for fn in fns if name in self.step_functions else ():
+                calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)]
+                if (any(isinstance(c.func, ast.Attribute) and c.func.attr == "backward" for c in calls)
+                        and any(is_optimizer_step(c) for c in calls)
+                        and not any(isinstance(n, ast.While) or isinstance(n, (ast.For, ast.AsyncFor))
+                                    and self._iterates_data(n.iter) for n in walk_local(fn))):  # fmt: skip
+                    self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
         epoch_fns |= {

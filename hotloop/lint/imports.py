@@ -88,9 +88,9 @@ class Project:
                     elif (f := self._resolve(n.module or "", n.level)) is not None:
                         self.names[local] = (f, a.name)
             elif isinstance(n, ast.Import):
-                for a in n.names:
-                    if a.asname and (f := self._resolve(a.name, 0)) is not None:
-                        self.modules[a.asname] = f
+                for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
+                    if (a.asname or "." not in a.name) and (f := self._resolve(a.name, 0)) is not None:
+                        self.modules[a.asname or a.name] = f
 
     def callee(self, c: ast.Call) -> tuple[Path, str] | None:
         """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an

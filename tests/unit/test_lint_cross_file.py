@@ -48,8 +48,10 @@ SCRIPT = """
 import torch
 from src.utils.helpers import grad_stats, timed, batch_to_device, scaled
 from src.utils import helpers as h
+import tools
 
 def main(model, loader, opt, device):
+    model.to(device)
     crit = h.Criterion()
     gated = h.Gated()
     first, rest = grad_stats(model.named_parameters())
@@ -61,6 +63,7 @@ def main(model, loader, opt, device):
         opt.step()
         timed(lambda: None)
         z = scaled(loss)
+        norms = tools.clip_each(model, 1.0)
         params[0].data.mul_(0.999)
         loss = gated(loss)
         if step % 100 == 0:
@@ -74,6 +77,9 @@ def _project(tmp_path: Path) -> Path:
     (tmp_path / "src" / "utils").mkdir(parents=True)
     (tmp_path / "src" / "utils" / "helpers.py").write_text(textwrap.dedent(HELPERS))
     (tmp_path / "app").mkdir()
+    (tmp_path / "tools.py").write_text(
+        "import torch\n\ndef clip_each(model, c):\n    return [p.grad.norm().item() for p in model.parameters()]\n"
+    )
     script = tmp_path / "app" / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
     return script
@@ -92,6 +98,7 @@ def test_helpers_called_every_step_are_reported_at_the_call_site(tmp_path):
     assert (at("timed("), "HL020") in found  # a synchronize inside the helper
     assert (at("batch = batch_to_device"), "HL012") in found  # a batch mover with blocking copies
     assert (at("loss = crit("), "HL001") in found  # the instance's __call__ -> its own extra() reads .item()
+    assert (at("norms = tools.clip_each"), "HL001") in found  # `import tools` (no alias), a module beside
     assert not any(line == at("z = scaled") for line, _ in found)  # a helper that reads nothing
     assert not any(line == at("params[0].data") for line, _ in found)  # a call with no name resolves to nothing
     # the boundary call (under `step % 100`) and a read behind the helper's own option (`if self.balance:`,

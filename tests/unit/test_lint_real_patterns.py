@@ -961,6 +961,23 @@ REPORTED = {
                 opt.step()
         """,
     ),
+    "a step closure returned by a factory reads every step, wherever it is called (HL001)": (
+        "HL001",
+        """
+        def make_train_step(G, D, g_opt, d_opt, n_critic):
+            def train(x):
+                x = x.cuda(non_blocking=True)
+                for _ in range(n_critic):
+                    d_loss = D(G.sample()).mean() - D(x).mean()
+                    d_loss.backward()
+                    d_opt.step()
+                g_loss = -D(G.sample()).mean()
+                g_loss.backward()
+                g_opt.step()
+                return {"G": float(g_loss.item()), "D": float(d_loss.item())}
+            return train
+        """,
+    ),
     "math.isnan of a device grad norm every step (HL001)": (
         "HL001",
         """
