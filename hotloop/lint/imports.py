@@ -28,6 +28,7 @@ LEVELS_UP = 4
 _EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str]]] = {}  # (file, mtime, name, cuda)
 _MODULES: dict[tuple[str, float], ModuleInfo | None] = {}
 _RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
+_LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
 
 def _find(tree: ast.Module, name: str) -> ast.AST | None:
@@ -188,12 +189,89 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
     return _EFFECTS[key]
 
 
+def _builder(tree: ast.Module, name: str) -> ast.AST | None:
+    """The function `name`, or the `__init__` of the class `name`: what builds its loaders."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return node
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+    return None
+
+
+def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
+    """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
+    the parameter's default) decides."""
+    value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
+    if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    params = [a.arg for a in fn.args.args]
+    if params[:1] == ["self"]:
+        params = params[1:]
+    given = next((k.value for k in call.keywords if k.arg == value.id), None)
+    if given is None and value.id in params and params.index(value.id) < len(call.args):
+        given = call.args[params.index(value.id)]
+    if given is None and value.id in [a.arg for a in fn.args.args]:
+        defaults = dict(zip([a.arg for a in fn.args.args][-len(fn.args.defaults) :], fn.args.defaults, strict=True))
+        given = defaults.get(value.id) if fn.args.defaults else None
+    return isinstance(given, ast.Constant) and given.value == 0
+
+
+def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list[tuple[int, list[str]]]:
+    """(line, missing options) of each DataLoader with workers that `name` builds in `file`, judged with the
+    caller's CUDA-ness and whether the caller re-iterates what the call returns."""
+    from hotloop.lint.checks import Checker
+
+    key = (str(file), file.stat().st_mtime, name)
+    if key not in _LOADERS:  # most helpers build no loader: find that out once, from the text first
+        try:
+            text = file.read_text(encoding="utf-8-sig", errors="replace")
+        except OSError:
+            text = ""
+        mi = _module(file, key[1]) if "DataLoader" in text else None
+        fn = _builder(mi.tree, name) if mi is not None else None
+        calls = [d for d in ast.walk(fn) if isinstance(d, ast.Call)
+                 and call_name(d).split(".")[-1] == "DataLoader"] if fn is not None else []  # fmt: skip
+        _LOADERS[key] = (mi, fn, calls) if fn is not None and calls else None
+    if _LOADERS[key] is None:
+        return []
+    mi, fn, calls = _LOADERS[key]  # type: ignore[misc]
+    helper = Checker(mi)
+    out = []
+    for d in calls:
+        if not _no_workers(d, fn, call):
+            missing = helper.loader_missing(d, caller.mi.uses_cuda, lambda: caller._reiterated(call))  # type: ignore[attr-defined]
+            if missing:
+                out.append((d.lineno, missing))
+    return out
+
+
+def loader_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
+    """HL011 at each call of a project helper that builds a DataLoader lacking options this caller needs
+    (`train_loader = build_loader(cfg)` iterated every epoch, a loader made in a class's `__init__`)."""
+    from hotloop.lint.checks import Checker
+
+    project = Project(mi)
+    if not (project.names or project.modules):
+        return []
+    caller, out = None, []
+    for c in mi.nodes:
+        if not isinstance(c, ast.Call) or mi.in_hot(c) or (target := project.callee(c)) is None:
+            continue
+        where = os.path.relpath(target[0], project.file.parent) if project.file else target[0]
+        caller = caller or Checker(mi)
+        for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
+            out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
+                                    f"without {' and '.join(missing)}"))  # fmt: skip
+    return out
+
+
 def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[str, ast.Call, str]]:
     """(code, call, message) for each hot call whose helper in another file reads on the host."""
     project = Project(mi)
     if not (project.names or project.modules):
         return []
-    out = []
+    out = [h for h in loader_hits(mi) if (h[1].lineno, h[0]) not in seen]
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):
             continue

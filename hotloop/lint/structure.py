@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from hotloop.lint.analysis import (
     MODEL_NAME,
@@ -53,23 +54,29 @@ class StructureChecks:
     def dataloader(self, c: ast.Call) -> None:
         """Only loaders with worker processes: with `num_workers=0` the main thread loads and would pin
         (one more copy on the critical path), and there are no workers to keep alive."""
+        missing = self.loader_missing(c, self.mi.uses_cuda, lambda: self._reiterated(c))
+        if missing:
+            self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+
+    def loader_missing(self, c: ast.Call, cuda: bool, reiterated: Callable[[], bool]) -> list[str]:
+        """The options a `DataLoader(...)` call with workers lacks (also asked by the cross-file pass, for a
+        loader a helper of the project builds and the caller re-iterates)."""
         kws = self._loader_kwargs(c)
         if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
-            return  # **kwargs we cannot see into: the options may be in there
+            return []  # **kwargs we cannot see into: the options may be in there
         # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
         workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
-            return
+            return []
         if self.mi.cli_default(workers_value) == 0 or self._constant_zero(workers_value):
-            return  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
+            return []  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
         pinned = "pin_memory" in kws or len(c.args) > 7
         missing = []
-        if self.mi.uses_cuda and not pinned:
+        if cuda and not pinned:
             missing.append("`pin_memory=True` (CUDA code: copies from pageable memory are synchronous)")
-        if "persistent_workers" not in kws and self._reiterated(c):
+        if "persistent_workers" not in kws and reiterated():
             missing.append("`persistent_workers=True` (workers are re-forked every epoch)")
-        if missing:
-            self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+        return missing
 
     def _constant_zero(self, e: ast.expr) -> bool:
         if not isinstance(e, ast.Name):

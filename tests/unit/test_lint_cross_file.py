@@ -115,6 +115,51 @@ def test_a_lone_file_or_an_unresolvable_import_changes_nothing(tmp_path):
     assert lint_source(alone.read_text(), str(alone)) == []
 
 
+LOADERS = """
+import torch
+from torch.utils.data import DataLoader
+
+def build_loader(ds, workers=8):
+    return DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers)
+
+class Infinite:
+    def __init__(self, ds, num_workers):
+        self.loader = DataLoader(ds, batch_size=64, num_workers=num_workers, pin_memory=True)
+"""
+
+LOADER_SCRIPT = """
+import torch
+from data.build import build_loader, Infinite
+
+def main(model, ds, opt, epochs):
+    model.cuda()
+    train_loader = build_loader(ds)
+    for epoch in range(epochs):
+        for x in train_loader:
+            model(x.cuda(non_blocking=True)).backward()
+            opt.step()
+    quiet = build_loader(ds, workers=0)
+    for x in quiet:
+        pass
+    stream = Infinite(ds, 4)
+"""
+
+
+def test_a_loader_built_by_a_project_helper_is_judged_at_the_call(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "build.py").write_text(textwrap.dedent(LOADERS))
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LOADER_SCRIPT))
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+    keys = ("train_loader =", "quiet =", "stream =")
+    at = {key: next(i + 1 for i, t in enumerate(lines) if key in t) for key in keys}
+    message = found[(at["train_loader ="], "HL011")]  # re-iterated every epoch, unpinned in CUDA code
+    assert "build.py" in message and "persistent_workers" in message and "pin_memory" in message
+    assert (at["quiet ="], "HL011") not in found  # the caller asks for no workers
+    assert (at["stream ="], "HL011") not in found  # pinned, and kept on an object we cannot follow: no re-fork seen
+
+
 def test_a_package_reexport_is_followed(tmp_path):
     script = _project(tmp_path)
     (tmp_path / "proj" / "src" / "utils" / "__init__.py").write_text("from .helpers import grad_stats\n")
