@@ -261,7 +261,12 @@ class ModuleInfo(KindModel, GateModel):
         if isinstance(node, ast.Call):
             name = call_name(node).split(".")[-1]
             handed = any(isinstance(a, ast.Name) and a.id in self.step_functions for a in node.args)
-            return handed or name in self.step_functions or bool(STEP_FUNCTION.search(name))  # `timer(train_step)`
+            if not (handed or name in self.step_functions or STEP_FUNCTION.search(name)):  # `timer(train_step)`
+                return False
+            # A "train_step" that loops over a loader itself is an epoch function: its caller's loop runs
+            # epochs, and what else that loop calls (a `test_step`) runs once per epoch, not per step.
+            return not any(isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter)
+                           for fn in self.functions.get(name, []) for n in walk_local(fn))  # fmt: skip
         return False
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:

@@ -20,6 +20,30 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "an epoch function named train_step does not make its caller's epoch loop per-step (HL001)": (
+        "HL001",
+        """
+        def train_step(model, loader, opt, device):
+            for X, y in loader:
+                X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                loss = F.cross_entropy(model(X), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+        def test_step(model, loader, device):
+            total = 0.0
+            with torch.inference_mode():
+                for X, y in loader:
+                    total += F.cross_entropy(model(X.to(device, non_blocking=True)), y.to(device)).item()
+            return total
+
+        def fit(model, train_loader, test_loader, opt, device, epochs):
+            for epoch in range(epochs):
+                train_step(model, train_loader, opt, device)
+                print(test_step(model, test_loader, device))
+        """,
+    ),
     "a boolean mask made on the CPU indexes device data without a device sync (HL006)": (
         "HL006",
         """
