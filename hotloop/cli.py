@@ -170,15 +170,10 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from hotloop.benchmarks import run_bench
-    from hotloop.benchmarks.variants import VARIANTS
+    from hotloop.benchmarks import check_variants, run_bench
 
     variants = [v.strip() for v in args.variants.split(",")] if args.variants else None
-    for v in variants or []:
-        if v not in VARIANTS:
-            raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
-        if v == "hotloop-graphs" and not args.device.startswith("cuda"):
-            raise ConfigError("variant `hotloop-graphs` (CUDA graphs) needs --device cuda")
+    check_variants(variants, args.device)
     if args.device.startswith("cuda"):
         import torch
 

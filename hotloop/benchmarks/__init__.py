@@ -22,6 +22,7 @@ import torch
 from hotloop.benchmarks.variants import DEFAULT_VARIANTS, REQUIRES, VARIANTS, Window
 from hotloop.benchmarks.workloads import make_workload
 from hotloop.doctor import HostReadCounter
+from hotloop.errors import ConfigError
 
 # Dense bf16 tensor-core peaks (TFLOP/s, NVIDIA datasheets) for MFU, most specific name first; unknown devices
 # get no MFU rather than a guess. H100 PCIe has fewer SMs and lower clocks than the SXM part (756 vs 989).
@@ -80,6 +81,16 @@ def _count_reads(fn: Any, w: Any, device: torch.device, warmup: int, steps: int)
     return sum(1 for r in counter.reads if r.label == "window") / steps
 
 
+def check_variants(variants: list[str] | None, device: str) -> None:
+    """Each asked-for variant exists, and `hotloop-graphs` (CUDA graphs) only on CUDA: refused before any
+    variant runs, for the CLI and for `run_bench` alike."""
+    for v in variants or []:
+        if v not in VARIANTS:
+            raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
+        if v == "hotloop-graphs" and not device.startswith("cuda"):
+            raise ConfigError("variant `hotloop-graphs` (CUDA graphs) needs --device cuda")
+
+
 def run_bench(
     workload: str,
     device: str = "cpu",
@@ -93,9 +104,7 @@ def run_bench(
     dev = torch.device(device)
     w = make_workload(workload, device)
     steps = steps or DEFAULT_STEPS[(workload, dev.type)]
-    unknown = [v for v in variants or [] if v not in VARIANTS]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    check_variants(variants, device)
     names = [v for v in (variants or DEFAULT_VARIANTS) if available(v)]
     skipped = [v for v in (variants or DEFAULT_VARIANTS) if v not in names]
     if skipped:

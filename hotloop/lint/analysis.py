@@ -265,9 +265,13 @@ class ModuleInfo(KindModel, GateModel):
                 return False
             # A "train_step" that loops over a loader itself is an epoch function: its caller's loop runs
             # epochs, and what else that loop calls (a `test_step`) runs once per epoch, not per step.
-            return not any(isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter)
-                           for fn in self.functions.get(name, []) for n in walk_local(fn))  # fmt: skip
+            return not any(self._loops_over_data(fn) for fn in self.functions.get(name, []))
         return False
+
+    def _loops_over_data(self, fn: ast.AST, whiles: bool = False) -> bool:
+        """`fn` has a loop of its own over a loader (with `whiles`, any `while` loop counts too)."""
+        return any(isinstance(n, (ast.For, ast.AsyncFor)) and self._iterates_data(n.iter)
+                   or whiles and isinstance(n, ast.While) for n in walk_local(fn))  # fmt: skip
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:
         n = self.parent.get(node)
@@ -307,8 +311,7 @@ class ModuleInfo(KindModel, GateModel):
                 calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)]
                 if (any(isinstance(c.func, ast.Attribute) and c.func.attr == "backward" for c in calls)
                         and any(is_optimizer_step(c) for c in calls)
-                        and not any(isinstance(n, ast.While) or isinstance(n, (ast.For, ast.AsyncFor))
-                                    and self._iterates_data(n.iter) for n in walk_local(fn))):  # fmt: skip
+                        and not self._loops_over_data(fn, whiles=True)):  # fmt: skip
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}

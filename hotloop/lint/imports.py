@@ -31,14 +31,15 @@ _RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
 _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
 
-def _find(tree: ast.Module, name: str) -> ast.AST | None:
-    """A top-level function, or the method a call of a class's instance runs (`__call__`, `forward`)."""
+def _find(tree: ast.Module, name: str, methods: tuple[str, ...] = ("__call__", "forward")) -> ast.AST | None:
+    """A top-level function, or the first of `methods` of the class `name`: what a call of an instance runs
+    (`__call__`, `forward`), or what builds its loaders (`__init__`)."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
         if isinstance(node, ast.ClassDef) and node.name == name:
-            methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            return methods.get("__call__") or methods.get("forward")
+            found = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            return next((found[m] for m in methods if m in found), None)
     return None
 
 
@@ -114,9 +115,9 @@ class Project:
                 if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
                     cls = call_name(n.value)
                     h, _, r = cls.partition(".")
-                    target = (
-                        self.names.get(cls) or (self.modules[h], r) if r and h in self.modules else self.names.get(cls)
-                    )
+                    target = self.names.get(cls)
+                    if target is None and r and h in self.modules:  # `losses.Focal()`
+                        target = self.modules[h], r
                     if target is None or not target[1][:1].isupper():
                         continue  # an instance of a class (`ComputeLoss(...)`), not a function's result
                     for t in n.targets:
@@ -189,31 +190,20 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
     return _EFFECTS[key]
 
 
-def _builder(tree: ast.Module, name: str) -> ast.AST | None:
-    """The function `name`, or the `__init__` of the class `name`: what builds its loaders."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-        if isinstance(node, ast.ClassDef) and node.name == name:
-            return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
-    return None
-
-
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
     """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
     the parameter's default) decides."""
     value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
     if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
-    params = [a.arg for a in fn.args.args]
-    if params[:1] == ["self"]:
-        params = params[1:]
+    names = [a.arg for a in fn.args.args]
+    params = names[1:] if names[:1] == ["self"] else names
+    defaults = dict(zip(names[len(names) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
     given = next((k.value for k in call.keywords if k.arg == value.id), None)
     if given is None and value.id in params and params.index(value.id) < len(call.args):
         given = call.args[params.index(value.id)]
-    if given is None and value.id in [a.arg for a in fn.args.args]:
-        defaults = dict(zip([a.arg for a in fn.args.args][-len(fn.args.defaults) :], fn.args.defaults, strict=True))
-        given = defaults.get(value.id) if fn.args.defaults else None
+    if given is None:  # not passed (or passed through *args/**kwargs we cannot see): the default, if any
+        given = defaults.get(value.id)
     return isinstance(given, ast.Constant) and given.value == 0
 
 
@@ -229,7 +219,7 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
         except OSError:
             text = ""
         mi = _module(file, key[1]) if "DataLoader" in text else None
-        fn = _builder(mi.tree, name) if mi is not None else None
+        fn = _find(mi.tree, name, ("__init__",)) if mi is not None else None
         calls = [d for d in ast.walk(fn) if isinstance(d, ast.Call)
                  and call_name(d).split(".")[-1] == "DataLoader"] if fn is not None else []  # fmt: skip
         _LOADERS[key] = (mi, fn, calls) if fn is not None and calls else None
@@ -246,19 +236,21 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
     return out
 
 
-def loader_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
+def _where(project: Project, file: Path) -> str:
+    """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
+    return os.path.relpath(file, project.file.parent) if project.file else str(file)
+
+
+def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, str]]:
     """HL011 at each call of a project helper that builds a DataLoader lacking options this caller needs
     (`train_loader = build_loader(cfg)` iterated every epoch, a loader made in a class's `__init__`)."""
     from hotloop.lint.checks import Checker
 
-    project = Project(mi)
-    if not (project.names or project.modules):
-        return []
     caller, out = None, []
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or mi.in_hot(c) or (target := project.callee(c)) is None:
             continue
-        where = os.path.relpath(target[0], project.file.parent) if project.file else target[0]
+        where = _where(project, target[0])
         caller = caller or Checker(mi)
         for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
             out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
@@ -271,7 +263,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
     project = Project(mi)
     if not (project.names or project.modules):
         return []
-    out = [h for h in loader_hits(mi) if (h[1].lineno, h[0]) not in seen]
+    out = [h for h in loader_hits(mi, project) if (h[1].lineno, h[0]) not in seen]
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):
             continue
@@ -279,7 +271,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
         if target is None:
             continue
         file, name = target
-        where = os.path.relpath(file, project.file.parent) if project.file else file
+        where = _where(project, file)
         for code, line, message in effects(file, name, mi.device_code):
             if (c.lineno, code) in seen or code == "HL012" and not MOVER.search(name):
                 continue

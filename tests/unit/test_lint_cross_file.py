@@ -160,6 +160,16 @@ def test_a_loader_built_by_a_project_helper_is_judged_at_the_call(tmp_path):
     assert (at["stream ="], "HL011") not in found  # pinned, and kept on an object we cannot follow: no re-fork seen
 
 
+def test_a_loader_helper_called_through_star_args_is_linted_without_error(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "make.py").write_text("from torch.utils.data import DataLoader\n\n"
+                                               "def make(ds, num_workers):\n"
+                                               "    return DataLoader(ds, num_workers=num_workers)\n")  # fmt: skip
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nfrom data.make import make\n\ndef main(args):\n    loader = make(*args)\n")
+    assert [f.code for f in lint_source(script.read_text(), str(script))] == []  # num_workers unknown: no claim
+
+
 def test_a_package_reexport_is_followed(tmp_path):
     script = _project(tmp_path)
     (tmp_path / "proj" / "src" / "utils" / "__init__.py").write_text("from .helpers import grad_stats\n")
