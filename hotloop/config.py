@@ -199,6 +199,9 @@ class TrainConfig:
     """auto (bf16 on capable CUDA, fp16+GradScaler on older CUDA, fp32 on CPU), bf16, fp16, fp32."""
     compile: bool | str = "auto"
     """torch.compile the model: auto (on for CUDA, off for CPU), true/false, or a mode name."""
+    cuda_graph: str = "off"
+    """step: capture the whole train step (forward, backward, clipping, fused optimizer) in one CUDA graph
+    after 3 eager warm-up steps and replay it - for launch-bound models (`graphs.py`). off: eager launches."""
     log_every: int = 50
     """Optimizer steps between log boundaries (one host read each)."""
     log_first_step: bool = False
@@ -339,6 +342,15 @@ class TrainConfig:
             _fail("precision", self.precision, ", ".join(PRECISIONS))
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
             _fail("compile", self.compile, "true, false, " + ", ".join(COMPILE_MODES))
+        if self.cuda_graph not in ("off", "step"):
+            _fail("cuda_graph", self.cuda_graph, "off, step")
+        if self.cuda_graph == "step":
+            for key, bad, why in (("compile", ("reduce-overhead", "max-autotune"), "captures CUDA graphs itself"),
+                                  ("precision", ("fp16",), "keeps GradScaler state on the host"),
+                                  ("strategy", ("ddp", "fsdp"), "is multi-process")):  # fmt: skip
+                if getattr(self, key) in bad:
+                    raise ConfigError(f"cuda_graph=step cannot be combined with {key}={getattr(self, key)} (it {why}); "
+                                      f"change {key} or set cuda_graph=off")  # fmt: skip
         _positive("log_every", self.log_every)
         _positive("eval_every", self.eval_every, optional=True, zero=True)
         _positive("eval_batches", self.eval_batches, optional=True)

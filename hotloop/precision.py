@@ -37,6 +37,9 @@ class Precision:
 
     name = "fp32"
     dtype: torch.dtype | None = None
+    cache_enabled = True
+    """Autocast's cache of casted weights; off under a whole-step CUDA graph (`graphs.py`), as PyTorch's
+    CUDA-graph notes ask for autocast inside a capture."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -95,7 +98,7 @@ class BF16(Precision):
     dtype = torch.bfloat16
 
     def autocast(self) -> AbstractContextManager:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.cache_enabled)
 
 
 class FP16(Precision):
@@ -113,7 +116,7 @@ class FP16(Precision):
         self.scaler = torch.amp.GradScaler(device.type)
 
     def autocast(self) -> AbstractContextManager:
-        return torch.autocast(self.device.type, dtype=torch.float16)
+        return torch.autocast(self.device.type, dtype=torch.float16, cache_enabled=self.cache_enabled)
 
     def backward(self, loss: torch.Tensor) -> None:
         self.scaler.scale(loss).backward()

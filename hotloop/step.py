@@ -190,6 +190,16 @@ class TrainStep:
                     p.grad = torch.zeros_like(p)
 
     def __call__(self, window: Any) -> StepOutput:
+        group = self.optimizer.param_groups[-1]
+        lr = group["lr"] / group.get("lr_scale", 1.0)  # the LR this step trains with (before the schedule moves)
+        metrics, norm, samples, bad = self.update(window)
+        if self.step_scheduler:
+            self.scheduler.step()
+        return StepOutput(metrics, norm, samples, lr, bad)
+
+    def update(self, window: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, int, torch.Tensor]:
+        """The window's forward/backward passes and the optimizer step: (metrics, grad norm, samples, flag).
+        Device work only - the schedule is the caller's - so `graphs.py` can capture it whole."""
         n = len(window)
         metrics: dict[str, torch.Tensor] = {}
         samples = 0
@@ -233,15 +243,11 @@ class TrainStep:
                     torch._foreach_mul_(grads, torch.clamp(self.clip_grad / (norm + 1e-6), max=1.0))
                 else:
                     torch.nn.utils.clip_grads_with_norm_(self.params, self.clip_grad, norm, foreach=True)
-            group = self.optimizer.param_groups[-1]
-            lr = group["lr"] / group.get("lr_scale", 1.0)
             self.precision.step(self.optimizer, bad)
             self._zero_grad()
-            if self.step_scheduler:
-                self.scheduler.step()
             if n > 1:
                 metrics = {k: v / n for k, v in metrics.items()}
-        return StepOutput(metrics, norm, samples, lr, bad)
+        return metrics, norm, samples, bad
 
     def _norm(self) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """The global gradient norm, and the gradients when the foreach fast path applies."""

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hotloop import distributed, guard
+from hotloop import distributed, graphs, guard
 from hotloop.callbacks import Callback
 from hotloop.checkpointer import Checkpointer
 from hotloop.config import TrainConfig
@@ -164,6 +164,7 @@ class Trainer:
         self.forward_model: nn.Module = (
             wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
+        graphs.check(cfg.cuda_graph, self.device, self.precision.name, mode, self.dist.active, self.optimizer)
         self.scheduler: Any = resolve_scheduler(scheduler, self.optimizer) if scheduler is not None else None
         """Stepped once per optimizer step (ReduceLROnPlateau: at evaluations, on val_loss)."""
         self.state = TrainState()
@@ -265,6 +266,7 @@ class Trainer:
         )
         if self.state.step == 0:
             step_fn.inspect_grads = self._probe_grad_health
+        step_fn = graphs.wrap(step_fn, cfg.cuda_graph, self.device)
         self._probes: dict[str, torch.Tensor] = {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         main = self.dist.main  # only rank 0 prints and writes files
