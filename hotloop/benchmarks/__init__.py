@@ -82,13 +82,13 @@ def _count_reads(fn: Any, w: Any, device: torch.device, warmup: int, steps: int)
 
 
 def check_variants(variants: list[str] | None, device: str) -> None:
-    """Each asked-for variant exists, and `hotloop-graphs` (CUDA graphs) only on CUDA: refused before any
+    """Each asked-for variant exists, and the CUDA-graph variants only on CUDA: refused before any
     variant runs, for the CLI and for `run_bench` alike."""
     for v in variants or []:
         if v not in VARIANTS:
             raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
-        if v == "hotloop-graphs" and not device.startswith("cuda"):
-            raise ConfigError("variant `hotloop-graphs` (CUDA graphs) needs --device cuda")
+        if v in ("hotloop-graphs", "hotloop-step-graph") and not device.startswith("cuda"):
+            raise ConfigError(f"variant `{v}` (CUDA graphs) needs --device cuda")
 
 
 def run_bench(

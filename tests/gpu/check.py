@@ -60,7 +60,8 @@ def run_benches(out: Path | None, quick: bool = False) -> list[dict[str, Any]]:
         with tempfile.TemporaryDirectory() as tmp:
             path = (out or Path(tmp)) / f"bench-{workload}-cuda.json"
             code = "from hotloop.benchmarks import run_bench; "
-            variants = "None" if workload == "gpt2" else "DEFAULT_VARIANTS + ['hotloop-graphs']"  # launch-bound mlp
+            graphs = "['hotloop-graphs', 'hotloop-step-graph']"  # the CUDA-graph variants, for the launch-bound mlp
+            variants = "None" if workload == "gpt2" else f"DEFAULT_VARIANTS + {graphs}"
             code = "from hotloop.benchmarks.variants import DEFAULT_VARIANTS; " + code
             code += f"run_bench({workload!r}, 'cuda', {variants}, rounds={rounds}, json_path={str(path)!r})"
             proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
@@ -77,6 +78,10 @@ def run_benches(out: Path | None, quick: bool = False) -> list[dict[str, Any]]:
             parts.append(f"MFU {h['mfu']:.1%}")
         if "lightning" in by and h:
             parts.append(f"{h['steps_per_s'] / by['lightning']['steps_per_s']:.2f}x lightning")
+        for v in ("hotloop-graphs", "hotloop-step-graph"):
+            if v in by and "lightning" in by:
+                g = by[v]["steps_per_s"]
+                parts.append(f"{v} {g} steps/s, {g / by['lightning']['steps_per_s']:.2f}x lightning")
         rows.append({"capability": f"bench {workload}", "result": "passed", "figure": ", ".join(parts),
                      "seconds": round(time.perf_counter() - t0, 1), "rows": got})  # fmt: skip
     return rows
