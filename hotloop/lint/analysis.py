@@ -89,10 +89,13 @@ class ModuleInfo(KindModel, GateModel):
             if isinstance(n, FUNCS):
                 self.functions.setdefault(n.name, []).append(n)
         self._next_targets: dict[ast.AST, list[ast.AST]] = {}
+        self.instances = self._instances()
         self.calls_to: dict[str, list[ast.Call]] = {}
         for n in self.nodes:
             if isinstance(n, ast.Call):
                 target = self.local_target(n)
+                if not target and isinstance(n.func, ast.Attribute) and dotted(n.func.value) in self.instances:
+                    target = n.func.attr  # `agent.learn(x)`: a call site of `Agent.learn`, for its parameters' kinds
                 if target:
                     self.calls_to.setdefault(target, []).append(n)
         self._kinds_init()
@@ -358,6 +361,19 @@ class ModuleInfo(KindModel, GateModel):
                         self.train_functions.add(fn)
                         changed = True
 
+    def mark_steps(self, calls: list[ast.Call]) -> None:
+        """Calls found (in another file) to take a training step - `policy.train(buffer)`, `agent.update(
+        rollouts)` - make their loops hot, as a backward or an optimizer step in them would."""
+        for node in calls:
+            loop = self.enclosing_loop(node)
+            if loop is None or loop in self.hot_loops:
+                continue
+            self.hot_loops.add(loop)
+            while loop is not None:
+                self.train_loops.add(loop)
+                loop = self.enclosing_loop(loop)
+        self.propagate()
+
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
         every batch (or step) is hot, and training code."""
@@ -388,9 +404,34 @@ class ModuleInfo(KindModel, GateModel):
                 if fns:
                     self._next_targets[n] = fns
 
+    def _instances(self) -> dict[str, ast.ClassDef]:
+        """`agent = Agent(...)`, `self.policy = Policy(...)` with the class in this file: the name's methods
+        are that class's (`agent.learn(batch)` in the loop runs `Agent.learn`)."""
+        classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
+        out: dict[str, ast.ClassDef] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name):
+                cls = classes.get(n.value.func.id)
+                for t in n.targets if cls is not None else []:
+                    if dotted(t):
+                        out.setdefault(dotted(t), cls)
+        return out
+
+    def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[ast.AST]:
+        """`name` as defined in `cls`, or else in its same-file base classes."""
+        own = [m for m in cls.body if isinstance(m, FUNCS) and m.name == name]
+        if own or depth > 3:
+            return own
+        bases = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        return [m for b in bases for c in self.nodes if isinstance(c, ast.ClassDef) and c.name == b
+                for m in self._methods(c, name, depth + 1)]  # fmt: skip
+
     def targets_of(self, call: ast.Call) -> list[ast.AST]:
         """The same-file functions a call may reach; for `self.f(...)`, the `f` of the caller's own class
-        when it has one (two loss classes each with a `build_targets` do not share them)."""
+        when it has one (two loss classes each with a `build_targets` do not share them); for `obj.f(...)`
+        with `obj = Cls(...)` in this file, `Cls.f`."""
+        if isinstance(call.func, ast.Attribute) and (cls := self.instances.get(dotted(call.func.value))) is not None:
+            return self._methods(cls, call.func.attr)
         found = self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
         if len(found) > 1 and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self":
             cls = self.parent.get(self.enclosing_function(call))

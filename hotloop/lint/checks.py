@@ -20,7 +20,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
-from hotloop.lint.imports import cross_file_hits
+from hotloop.lint.imports import cross_file_hits, remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.provenance import HostProvenance
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
@@ -481,6 +481,9 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     looping over strings is not an evaluation loop)."""
     if not TORCH_CODE.search(mi.source):
         return
+    steps = remote_steps(mi)
+    if steps:
+        mi.mark_steps(steps)
     hits = Checker(mi).run()
     yield from hits
     for code, call, message in cross_file_hits(mi, {(h.node.lineno, h.code) for h in hits}):

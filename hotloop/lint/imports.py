@@ -24,8 +24,12 @@ from hotloop.lint.analysis import ModuleInfo, call_name, dotted
 # another file's model code were mostly configuration attributes and inference paths when scored.
 EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch", re.I)  # HL012 only from a helper that moves batches
+# Methods whose reads are their job, not a training step's overhead: decoding checks for an end token, an
+# evaluation pass reads its results, an agent choosing an action reads it for the environment (judged false
+# every time in the labelled set).
+NOT_A_STEP = re.compile(r"generat|predict|infer|evaluat|eval$|test|valid|decode|render|^act$|action", re.I)
 LEVELS_UP = 4
-_EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str]]] = {}  # (file, mtime, name, cuda)
+_EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str, bool]]] = {}  # (file, mtime, name, cuda)
 _MODULES: dict[tuple[str, float], ModuleInfo | None] = {}
 _RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
 _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
@@ -33,7 +37,10 @@ _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]
 
 def _find(tree: ast.Module, name: str, methods: tuple[str, ...] = ("__call__", "forward")) -> ast.AST | None:
     """A top-level function, or the first of `methods` of the class `name`: what a call of an instance runs
-    (`__call__`, `forward`), or what builds its loaders (`__init__`)."""
+    (`__call__`, `forward`), or what builds its loaders (`__init__`); `Cls.meth`: that method of `Cls`."""
+    if "." in name:
+        cls, meth = name.split(".", 1)
+        return _find(tree, cls, (meth,))
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
@@ -105,7 +112,11 @@ class Project:
             return self.names[head]
         if rest and "." not in rest and head in self.modules:
             return self.modules[head], rest
-        return self._instances().get(name)
+        instances = self._instances()
+        obj, _, meth = name.rpartition(".")
+        if obj in instances and not meth.startswith("_"):  # `policy.train(buffer)` with `policy = TD3.TD3(...)`
+            return instances[obj][0], f"{instances[obj][1]}.{meth}"
+        return instances.get(name)
 
     def _instances(self) -> dict[str, tuple[Path, str]]:
         """`compute_loss = ComputeLossOTA(model)` (or `self.crit = losses.Focal()`): the name runs the class."""
@@ -124,6 +135,41 @@ class Project:
                         if dotted(t):
                             self._inst.setdefault(dotted(t), target)
         return self._inst
+
+
+def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
+    """Calls, in loops not yet known to train, of a project helper that takes a training step itself (runs
+    backward or steps an optimizer, with no loop over data of its own): an RL script's `policy.train(buffer)`
+    or `agent.update(rollouts)`, a GAN's `model.optimize_parameters()`."""
+    out: list[ast.Call] = []
+    project: Project | None = None
+    for c in mi.nodes:
+        if not isinstance(c, ast.Call) or not isinstance(c.func, ast.Attribute) or mi.in_hot(c):
+            continue
+        loop = mi.enclosing_loop(c)
+        if loop is None or loop in mi.hot_loops:
+            continue
+        project = project or Project(mi)
+        target = project.callee(c)
+        if target is None or NOT_A_STEP.search(target[1].rpartition(".")[2]):
+            continue
+        file, name = _defining(*target)
+        helper = _module(file, file.stat().st_mtime)
+        if helper is not None and name.rpartition(".")[2] in helper.step_functions:
+            out.append(c)
+    return out
+
+
+def _defining(file: Path, name: str, hops: int = 3) -> tuple[Path, str]:
+    """Where `name` (`f` or `Cls.meth`) is defined: `file`, or the module a package's `__init__.py`
+    re-exports it from (`from .a2c_acktr import A2C_ACKTR`)."""
+    mi = _module(file, file.stat().st_mtime)
+    if hops and mi is not None and _find(mi.tree, name) is None:
+        head, dot, meth = name.partition(".")
+        again = Project(mi).names.get(head)
+        if again is not None and again[0] != file:
+            return _defining(again[0], again[1] + dot + meth, hops - 1)
+    return file, name
 
 
 def _module(file: Path, mtime: float) -> ModuleInfo | None:
@@ -145,6 +191,22 @@ def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
     return n is not None
 
 
+def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if isinstance(v, torch.Tensor):` (`torch.is_tensor(v)`): a read that only happens when the
+    caller passes a tensor (a metric logger's `update(loss=loss_value)` given a float reads nothing)."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and not isinstance(n, ast.Module):
+        if isinstance(n, ast.If) and child is not n.test and isinstance(n.test, ast.Call):
+            name = call_name(n.test)
+            args = n.test.args
+            if name.endswith("is_tensor") or (name == "isinstance" and len(args) == 2 and "Tensor" in dotted(args[1])):
+                return True
+            if name == "hasattr" and len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value == "item":
+                return True
+        child, n = n, mi.parent.get(n)
+    return False
+
+
 def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
     """Under `if self.autobalance:` / `if not self.flag:`: an option of the helper whose value is set
     elsewhere (often off by default): not known to run every step."""
@@ -158,8 +220,9 @@ def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
     return False
 
 
-def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str]]:
-    """(code, line, message) of each read that calling `name` every step adds inside `file`."""
+def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str, bool]]:
+    """(code, line, message, only if given a tensor) of each read that calling `name` every step adds inside
+    `file`."""
     from hotloop.lint.checks import TORCH_CODE, Checker
 
     def check(mi: ModuleInfo) -> list:  # this module's own rules only: one level deep, no recursion
@@ -173,9 +236,9 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
             return []
         source, fn = mi.source, _find(mi.tree, name)
         if fn is None:  # a package's `__init__.py` re-exporting it: `from ._device import batch_to_device`
-            again = Project(mi).names.get(name)
-            if again is not None and again[0] != file:
-                _EFFECTS[key] = effects(again[0], again[1], device_code)
+            again = _defining(file, name)
+            if again[0] != file:
+                _EFFECTS[key] = effects(*again, device_code)
                 return _EFFECTS[key]
         if fn is not None:
             saved = (mi.device_code, set(mi.hot_functions), set(mi.train_functions))
@@ -183,7 +246,7 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
             mi.propagate(fn)
             new = mi.hot_functions - saved[1]  # what this call makes hot: its reads are the call's effects
             lines = source.splitlines()
-            _EFFECTS[key] = [(h.code, h.node.lineno, h.message) for h in check(mi)
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node)) for h in check(mi)
                              if h.code in EFFECT_CODES and _inside(mi, h.node, new)
                              and "noqa" not in lines[h.node.lineno - 1] and not _switched(mi, h.node)]  # fmt: skip
             mi.device_code, mi.hot_functions, mi.train_functions = saved  # the next name starts from the file as is
@@ -250,6 +313,8 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or mi.in_hot(c) or (target := project.callee(c)) is None:
             continue
+        if "." in target[1]:  # a method of an instance (`trainer.run()`): its loaders' lifetime is not seen here
+            continue
         where = _where(project, target[0])
         caller = caller or Checker(mi)
         for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
@@ -271,10 +336,20 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
         if target is None:
             continue
         file, name = target
+        if NOT_A_STEP.search(name.rpartition(".")[2]):
+            continue
         where = _where(project, file)
-        for code, line, message in effects(file, name, mi.device_code):
+        given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
+        for code, line, message, if_tensor in effects(file, name, mi.device_code):
             if (c.lineno, code) in seen or code == "HL012" and not MOVER.search(name):
                 continue
+            if if_tensor and code != "HL012":  # a mover's `isinstance` test walks a batch's containers instead
+                if given is None:
+                    info = mi.function_info(c)
+                    args = [*c.args, *(k.value for k in c.keywords)]
+                    given = any(mi.kind(a, info) == "tensor" for a in args)
+                if not given:
+                    continue
             seen.add((c.lineno, code))
             out.append((code, c, f"`{call_name(c)}(...)` runs every step, and in it ({where}:{line}): {message}"))
     return out

@@ -178,3 +178,76 @@ def test_a_package_reexport_is_followed(tmp_path):
     found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
     stats = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if t.strip().startswith("stats ="))
     assert (stats, "HL001") in found
+
+
+AGENTS = """
+import torch
+
+class TD3:
+    def __init__(self, actor):
+        self.actor = actor
+
+    def train(self, buffer):
+        loss = self.actor(buffer).mean()
+        loss.backward()
+        return loss.item()
+
+    def evaluate_policy(self, obs):
+        return self.actor(obs).argmax().item()
+
+    def select_action(self, obs):
+        return self.actor(obs).cpu().numpy()
+
+class MetricLogger:
+    def update(self, **kwargs):
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor):
+                v = v.item()
+
+def move_to_device(batch, device):
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    return {k: move_to_device(v, device) for k, v in batch.items()}
+"""
+
+AGENT_SCRIPT = """
+import torch
+import agents
+from agents import MetricLogger, move_to_device
+
+def main(actor, loader, device):
+    actor.cuda()
+    policy = agents.TD3(actor)
+    logger = MetricLogger()
+    for step, buffer in enumerate(loader):
+        buffer = move_to_device(buffer, device)
+        value = policy.train(buffer)
+        err = torch.nn.functional.mse_loss(actor(buffer), buffer)
+        logger.update(loss=value, lr=0.1)
+        logger.update(err=err)
+        score = policy.evaluate_policy(buffer)
+        action = policy.select_action(buffer)
+"""
+
+
+def test_methods_of_a_project_class_instance_are_followed(tmp_path):
+    """`policy = agents.TD3(...)` then `policy.train(buffer)` every step runs `TD3.train` (its `.item()` is
+    reported at the call) - and, as `TD3.train` runs backward, makes the loop (no backward of its own, as
+    in an RL script) a training loop. Choosing an action reads it for the environment, and an evaluation
+    method's reads are its job: not reported. A metric logger's `.item()` under `isinstance(v, torch.Tensor)`
+    counts only for a call passing a tensor; a batch mover's `isinstance` walks containers, so its blocking
+    copy still counts."""
+    (tmp_path / "agents.py").write_text(textwrap.dedent(AGENTS))
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(AGENT_SCRIPT))
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    assert "agents.py" in found[(at("value = policy.train"), "HL001")]
+    assert (at("logger.update(err=err)"), "HL001") in found
+    assert (at("logger.update(loss=value"), "HL001") not in found  # Python floats: nothing is read
+    assert not any(line in (at("score = policy.evaluate_policy"), at("action = policy.select")) for line, _ in found)
+    assert (at("buffer = move_to_device"), "HL012") in found

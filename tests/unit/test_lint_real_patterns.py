@@ -1036,3 +1036,41 @@ def test_false_alarms_stay_quiet(name):
 def test_missed_problems_are_reported(name):
     code, src = REPORTED[name]
     assert any(c == code for _, c in codes(src)), (name, codes(src))
+
+
+def test_methods_of_a_same_file_class_instance_are_hot_and_take_their_callers_kinds():
+    """`agent = Agent(...)` then `agent.grad_norm()` every step: `Agent.grad_norm`'s per-parameter `.item()`
+    is hot. `stopper.check(loss.item())` passes a float: the method's branch on it reads nothing."""
+    src = """
+import torch
+
+class Agent:
+    def __init__(self, net):
+        self.net = net
+
+    def grad_norm(self):
+        return sum(p.grad.norm().item() for p in self.net.parameters())
+
+class Stopper:
+    def __init__(self):
+        self.best = float("inf")
+
+    def check(self, value):
+        if value < self.best:
+            self.best = value
+
+def main(net, loader, opt):
+    net.cuda()
+    agent = Agent(net)
+    stopper = Stopper()
+    for x, y in loader:
+        loss = ((net(x.cuda(non_blocking=True)) - y.cuda(non_blocking=True)) ** 2).mean()
+        loss.backward()
+        norm = agent.grad_norm()
+        opt.step()
+        stopper.check(loss.item())
+"""
+    found = {(f.line, f.code) for f in lint_source(textwrap.dedent(src))}
+    lines = textwrap.dedent(src).splitlines()
+    assert (next(i + 1 for i, t in enumerate(lines) if "p.grad.norm().item()" in t), "HL001") in found
+    assert not any(code == "HL005" for _, code in found)
