@@ -36,6 +36,10 @@ class IndexChecks:
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
         if any(self._constant_list(i) for i in parts) and self.tensor(node.value):
             self.add("HL024", node, f"`{src(node)}`: indexing with a Python list copies it to the device every step")
+        elif (any(self._numpy_index(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
+              and not self._host(node.value)):  # fmt: skip
+            message = "indexing a device tensor with a NumPy index array copies the indices to the device every step"
+            self.add("HL024", node, f"`{src(node)}`: {message}; use torch.randperm(n, device=...)")
         elif (
             any(self._sampled_list(i) for i in parts)
             and self.kind(node.value) != "scalar"
@@ -50,6 +54,26 @@ class IndexChecks:
                 f"`{src(node)}`: a Python list of indices from a BatchSampler is copied to the "
                 "device for every minibatch; index with a device tensor (torch.randperm(n, device=...) sliced)",
             )
+
+    def _numpy_index(self, e: ast.expr, depth: int = 0) -> bool:
+        """A NumPy array of indices: a name bound only to `np.*(...)` (`np.arange`, `np.random.permutation`)
+        or to a slice of such a name (`mb_inds = b_inds[start:end]`, the minibatch of a shuffled index)."""
+        if not isinstance(e, ast.Name) or depth > 2:
+            return False
+        fn = self.mi.enclosing_function(e)
+        values = assigned_values(e.id, [*walk_local(fn)])
+
+        def numpy_made(v: ast.expr) -> bool:
+            if isinstance(v, ast.Call):  # (`np.array(batch)` is data, not an index)
+                numpy = self.mi.call_name(v).split(".")[0] in ("np", "numpy")
+                return numpy and method_name(v) not in ("array", "asarray")
+            return (
+                isinstance(v, ast.Subscript)
+                and isinstance(v.slice, ast.Slice)
+                and self._numpy_index(v.value, depth + 1)
+            )
+
+        return bool(values) and all(numpy_made(v) for v in values)
 
     def _sampled_list(self, e: ast.expr) -> bool:
         """A loop variable drawn from a `BatchSampler` (a Python list of ints per minibatch)."""
