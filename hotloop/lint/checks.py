@@ -152,6 +152,8 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)
+            if meth == "copy_" and self.blocking_copy_in(c):
+                self.add("HL012", c, f"`{_src(c)}` copies a batch into a device tensor without `non_blocking=True`")
             if meth == "repeat_interleave" or name == "torch.repeat_interleave":
                 repeats = c.args[1] if name == "torch.repeat_interleave" and len(c.args) > 1 else (
                     c.args[0] if meth == "repeat_interleave" and name != "torch.repeat_interleave" and c.args else None

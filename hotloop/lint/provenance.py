@@ -2,7 +2,8 @@
 
 `ix = torch.randint(n, (8,))` then `data[i] for i in ix`, a pinned shard's header, `x.cpu().numpy()`: the
 sync rules skip reads whose tensors are made on the CPU (a factory without `device=`), pinned, from numpy,
-or derived from such (views, slices, dtype casts, same-file helpers returning them). Mixed into
+or derived from such (views, slices, dtype casts, same-file helpers returning them). The other direction
+too: a loader's batch `copy_`-ed into a tensor moved to the device, blocking (HL012). Mixed into
 `checks.Checker`.
 """
 
@@ -98,4 +99,35 @@ class HostProvenance:
                 first = e.args[0]
                 items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
                 return all(self._host(x, depth + 1) for x in items)
+        return False
+
+    def blocking_copy_in(self, c: ast.Call) -> bool:
+        """`im_data.data.resize_(data[0].size()).copy_(data[0])` (Faster R-CNN's loop): a batch from the loader
+        copied into a preallocated device tensor without `non_blocking=True`, so the host waits for it."""
+        if method_name(c) != "copy_" or len(c.args) != 1 or _kw(c, "non_blocking") is not None:
+            return False
+        dst: ast.expr = c.func.value  # type: ignore[attr-defined]
+        while isinstance(dst, ast.Attribute) and dst.attr == "data" or isinstance(dst, ast.Call) and (
+                method_name(dst) == "resize_" and isinstance(dst.func, ast.Attribute)):  # fmt: skip
+            dst = dst.value if isinstance(dst, ast.Attribute) else dst.func.value  # type: ignore[attr-defined]
+        src: ast.expr = c.args[0]
+        while isinstance(src, (ast.Subscript, ast.Attribute)):
+            src = src.value
+        if not (isinstance(dst, ast.Name) and isinstance(src, ast.Name)):
+            return False
+        moved = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and dst.id in
+                    {x for t in n.targets for x in target_names(t)} and (method_name(n.value) == "cuda" or
+                    method_name(n.value) == "to" and bool(n.value.args or n.value.keywords))
+                    for n in self.mi.nodes)  # fmt: skip
+        return moved and self._from_loader(src)
+
+    def _from_loader(self, e: ast.Name) -> bool:
+        """A batch: bound by `next(data_iter)` in this function, or by a loop over a loader."""
+        fn = self.mi.enclosing_function(e)
+        for n in walk_local(fn):
+            if isinstance(n, ast.Assign) and e.id in {x for t in n.targets for x in target_names(t)}:
+                if isinstance(n.value, ast.Call) and self.mi.call_name(n.value) == "next":
+                    return True
+            if isinstance(n, (ast.For, ast.AsyncFor)) and e.id in target_names(n.target):
+                return self.mi._iterates_data(n.iter)
         return False

@@ -1074,3 +1074,31 @@ def main(net, loader, opt):
     lines = textwrap.dedent(src).splitlines()
     assert (next(i + 1 for i, t in enumerate(lines) if "p.grad.norm().item()" in t), "HL001") in found
     assert not any(code == "HL005" for _, code in found)
+
+
+def test_a_batch_copied_into_a_preallocated_device_tensor_is_hl012():
+    """Faster R-CNN's loop: `im_data = im_data.cuda()` once, then every step
+    `im_data.data.resize_(data[0].size()).copy_(data[0])` - a blocking host-to-device copy. With
+    `non_blocking=True`, or into a tensor never moved to the device, nothing is reported."""
+    src = """
+import torch
+
+def train(model, dataloader, opt, iters):
+    im_data = torch.FloatTensor(1).cuda()
+    host_buf = torch.FloatTensor(1)
+    model.cuda()
+    data_iter = iter(dataloader)
+    for step in range(iters):
+        data = next(data_iter)
+        im_data.data.resize_(data[0].size()).copy_(data[0])
+        im_data.resize_(data[0].size()).copy_(data[0], non_blocking=True)
+        host_buf.resize_(data[1].size()).copy_(data[1])
+        loss = model(im_data).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = sorted(line for line, code in {(f.line, f.code) for f in lint_source(textwrap.dedent(src))}
+                   if code == "HL012")  # fmt: skip
+    assert found == [next(i + 1 for i, t in enumerate(lines) if "im_data.data.resize_" in t)]
