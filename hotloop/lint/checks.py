@@ -141,6 +141,10 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
                 shown = next((a for a in values if self.tensor(a)), None)
                 if shown is not None:
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
+            fmt = c.func.value if meth == "format" and isinstance(c.func, ast.Attribute) else None
+            if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`
+                if shown := next((a for a in [*c.args, *(k.value for k in c.keywords)] if self.tensor(a)), None):
+                    self.add("HL002", c, f"`str.format` formats the tensor `{_src(shown)}` on the host every step")
             if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere") or (
                 meth in ("nonzero", "masked_select", "unique") and isinstance(c.func, ast.Attribute)
                 and self.tensor(c.func.value)
@@ -428,8 +432,10 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
         left = node.left
         is_str = isinstance(left, ast.Constant) and isinstance(left.value, str) or isinstance(left, ast.BinOp) and any(
             isinstance(x, ast.Constant) and isinstance(x.value, str) for x in ast.walk(left))  # fmt: skip
-        if not is_str or not self.mi.in_hot(node):
-            return
+        parent = self.mi.parent.get(node)
+        if not is_str or not self.mi.in_hot(node) or isinstance(parent, ast.Call) and LOG_FUNCS.match(
+                call_name(parent)) and node in parent.args and self.tensor(node):  # fmt: skip
+            return  # `print("%.3f" % norm)`: reported once, on the call
         values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
         values = [v.value if isinstance(v, ast.Starred) else v for v in values]
         shown = next((v for v in values if self.tensor(v)), None)

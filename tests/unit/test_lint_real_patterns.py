@@ -1102,3 +1102,26 @@ def train(model, dataloader, opt, iters):
     found = sorted(line for line, code in {(f.line, f.code) for f in lint_source(textwrap.dedent(src))}
                    if code == "HL012")  # fmt: skip
     assert found == [next(i + 1 for i, t in enumerate(lines) if "im_data.data.resize_" in t)]
+
+
+def test_str_format_of_a_tensor_is_hl002_and_a_printed_percent_format_is_reported_once():
+    """Tacotron 2: `print("... {:.6f}".format(iteration, grad_norm))` with the device norm from
+    `clip_grad_norm_`; `print("norm %.3f" % grad_norm)` is one finding, not two."""
+    src = """
+import torch
+
+def main(model, loader, opt):
+    model.cuda()
+    for x, y in loader:
+        loss = model(x.cuda(non_blocking=True)).mean()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        print("step {} norm {:.6f}".format(1, grad_norm))
+        print("norm %.3f" % grad_norm)
+        print("lr {:.6f}".format(opt.param_groups[0]["lr"]))
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = [f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL002"]
+    at = [next(i + 1 for i, t in enumerate(lines) if key in t) for key in (".format(1, grad_norm)", "%.3f")]
+    assert found == at
