@@ -88,7 +88,9 @@ class Project:
 
     def _read_imports(self) -> None:
         for n in self.mi.nodes:
-            if isinstance(n, ast.ImportFrom):
+            if isinstance(n, ast.ImportFrom) and [a.name for a in n.names] == ["*"]:
+                self._star(n)
+            elif isinstance(n, ast.ImportFrom):
                 for a in n.names:
                     local = a.asname or a.name
                     sub = self._resolve(f"{n.module}.{a.name}" if n.module else a.name, n.level)
@@ -100,6 +102,14 @@ class Project:
                 for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
                     if (a.asname or "." not in a.name) and (f := self._resolve(a.name, 0)) is not None:
                         self.modules[a.asname or a.name] = f
+
+    def _star(self, n: ast.ImportFrom) -> None:
+        """`from utils import *` (older research code): every top-level function and class of the module."""
+        f = self._resolve(n.module or "", n.level)
+        mi = _module(f, f.stat().st_mtime) if f is not None else None
+        for d in mi.tree.body if mi is not None else []:
+            if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not d.name.startswith("_"):
+                self.names.setdefault(d.name, (f, d.name))  # type: ignore[arg-type]
 
     def callee(self, c: ast.Call) -> tuple[Path, str] | None:
         """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an

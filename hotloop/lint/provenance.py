@@ -10,6 +10,7 @@ too: a loader's batch `copy_`-ed into a tensor moved to the device, blocking (HL
 from __future__ import annotations
 
 import ast
+import re
 
 from hotloop.lint.analysis import ModuleInfo, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
@@ -87,6 +88,8 @@ class HostProvenance:
                 device = _kw(e, "device")
                 return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
             if meth in ("pin_memory", "cpu", "numpy"):
+                return True
+            if re.search(r"(^|_|2)(cpu|numpy|np)$", name.split(".")[-1]) and not meth:  # `to_cpu(loss)` helpers
                 return True
             moves = meth == "to" and (e.args and not isinstance(e.args[0], ast.Attribute) or _kw(e, "device"))
             if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):

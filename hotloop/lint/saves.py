@@ -98,6 +98,22 @@ class SaveChecks:
                 )
         return text  # fmt: skip
 
+    def _set_just_before(self, name: str, node: ast.AST) -> list[ast.expr]:
+        """The value `name` was last given in the statements just before `node`'s, in its own block: of
+        `if mode == "all": name = f"model_{acc}.pt" ... elif mode == "best": name = "model.pt"; save(name)`
+        only the second names what this save writes."""
+        child, n = node, self.mi.parent.get(node)
+        while n is not None and not any(child in getattr(n, f, ()) for f in ("body", "orelse", "finalbody")):
+            child, n = n, self.mi.parent.get(n)
+        if n is None:
+            return []
+        block = next(getattr(n, f) for f in ("body", "orelse", "finalbody") if child in getattr(n, f, ()))
+        for s in reversed(block[: block.index(child)]):
+            if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets):
+                return [s.value]
+        return [] if n is self.mi.enclosing_function(node) or isinstance(n, ast.Module) else self._set_just_before(
+            name, n)  # fmt: skip
+
     def _fresh_path(self, c: ast.Call) -> bool:
         """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
         if len(c.args) < 2:
@@ -119,11 +135,11 @@ class SaveChecks:
                     if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
                         text += " " + ast.unparse(item.context_expr)
                         todo += [n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)]
-        for _ in range(3):  # `iterstring = str(iteration)`; `d = join(out, iterstring)`; `path = join(d, name)`
+        for depth in range(3):  # `iterstring = str(iteration)`; `d = join(out, iterstring)`; `path = join(d, name)`
             found = []
             for name in set(todo) - seen:
                 seen.add(name)
-                values = assigned_values(name, walk_local(fn))
+                values = (depth == 0 and self._set_just_before(name, c)) or assigned_values(name, walk_local(fn))
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
                     text += " " + ast.unparse(v)
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
@@ -131,5 +147,7 @@ class SaveChecks:
         if re.search(r"BytesIO\(", text):
             return True
         formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
-        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter|kimg|nimg|tick", re.I)
+        # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
+        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch|step|iter|kimg|nimg|tick|acc|score|loss|psnr|"
+                             r"bleu|fid\b|time", re.I)  # fmt: skip
         return any(varying.search(" ".join(g)) for g in formatted)

@@ -113,7 +113,7 @@ class StructureChecks:
                     out.setdefault(key.value, val)
         return out
 
-    def _reiterated(self, c: ast.Call) -> bool:
+    def _reiterated(self, c: ast.Call, depth: int = 0) -> bool:
         """The loader is iterated more than once in its lifetime: used inside a loop (an epoch loop around
         it), or handed to code that loops epochs. A loader built inside a loop, or iterated once (a test
         set read at the end, an evaluation loader rebuilt per call), never re-forks."""
@@ -130,6 +130,15 @@ class StructureChecks:
             if self.mi.enclosing_function(u) is not scope:
                 return True  # a global loader read by a function (an epoch function, called again and again)
             outer = self.mi.parent.get(u)
+            if (
+                isinstance(outer, ast.Return)
+                and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and depth < 2
+            ):
+                # `loader = DataLoader(...); return loader` in a builder: what its same-file callers do with it
+                if any(self._reiterated(call, depth + 1) for call in self.mi.calls_to.get(scope.name, [])):
+                    return True
+                continue
             while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
                 outer = self.mi.parent.get(outer)
             if isinstance(outer, (ast.For, ast.AsyncFor)) and outer.iter is not None and u in ast.walk(outer.iter):

@@ -1125,3 +1125,71 @@ def main(model, loader, opt):
     found = [f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL002"]
     at = [next(i + 1 for i, t in enumerate(lines) if key in t) for key in (".format(1, grad_norm)", "%.3f")]
     assert found == at
+
+
+def test_batch_p_patterns_saves_named_by_a_metric_to_cpu_helpers_and_returned_loaders():
+    """From held-out batch P, after its score was recorded: a checkpoint named by its accuracy is a new file
+    each time, but the `best` branch's fixed name is an overwrite (the assignment just before the save
+    decides); `float(to_cpu(loss))` reads a host tensor; a loader built, named and returned by a same-file
+    builder is judged by what the caller does with it (re-iterated every epoch: persistent workers)."""
+    src = """
+import torch
+from torch.utils.data import DataLoader
+
+def to_cpu(t):
+    return t.detach().cpu()
+
+def make_loader(ds, workers):
+    loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=workers, pin_memory=True)
+    return loader
+
+def main(model, ds, opt, epochs, mode, accu):
+    model.cuda()
+    loader = make_loader(ds, 8)
+    for epoch in range(epochs):
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            value = float(to_cpu(loss))
+        if mode == "all":
+            name = "model_accu_{accu:3.3f}.chkpt".format(accu=accu)
+            torch.save(model.state_dict(), name)
+        elif mode == "best":
+            name = "model.chkpt"
+            torch.save(model.state_dict(), name)
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = {(f.line, f.code) for f in lint_source(textwrap.dedent(src))}
+
+    def at(text: str, nth: int = 0) -> int:
+        return [i + 1 for i, t in enumerate(lines) if text in t][nth]
+
+    assert (at("torch.save", 1), "HL021") in found and (at("torch.save", 0), "HL021") not in found
+    assert not any(line == at("value = float") for line, _ in found)
+    assert (at("loader = DataLoader"), "HL011") in found
+
+
+def test_star_imports_of_the_project_are_followed(tmp_path):
+    (tmp_path / "utils.py").write_text("import torch\n\ndef accuracy(scores, targets):\n"
+                                       "    return (scores.argmax(-1) == targets).float().sum().item()\n")  # fmt: skip
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from utils import *
+
+        def main(model, loader, opt):
+            model.cuda()
+            for x, y in loader:
+                scores = model(x.cuda(non_blocking=True))
+                loss = torch.nn.functional.cross_entropy(scores, y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+                acc = accuracy(scores, y)
+    """)
+    )
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    line = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if "acc = accuracy" in t)
+    assert "utils.py" in found[(line, "HL001")]
