@@ -41,6 +41,10 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
 )
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
+# Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
+# calling them is in another file): their copies and reads are per step. (Not a reason to call a loop hot: an
+# evaluation loop feeds data the same way.)
+PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -306,7 +310,7 @@ class ModuleInfo(KindModel, GateModel):
             if outer is not None and self._per_step_outer(outer, loop):
                 self.hot_loops.add(outer)
         for name, fns in self.functions.items():
-            if STEP_FUNCTION.search(name):
+            if STEP_FUNCTION.search(name) or PER_STEP_METHOD.match(name):
                 self.hot_functions.update(fns)
             # A function that itself runs backward and steps the optimizer, with no loop over data of its own (a
             # step closure a factory returns, a trainer's `optimize_parameters`), is one step wherever it is called.

@@ -1193,3 +1193,28 @@ def test_star_imports_of_the_project_are_followed(tmp_path):
     found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
     line = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if "acc = accuracy" in t)
     assert "utils.py" in found[(line, "HL001")]
+
+
+def test_feed_data_and_set_input_methods_run_every_step():
+    """KAIR/BasicSR's `feed_data` and CycleGAN's `set_input` are called once per step from a loop in another
+    file: their blocking copies are per-step. A method of another name that copies once is not."""
+    src = """
+import torch
+
+class ModelPlain:
+    def __init__(self, opt):
+        self.device = torch.device("cuda")
+        self.net = torch.nn.Linear(4, 4).to(self.device)
+
+    def feed_data(self, data):
+        self.L = data["L"].to(self.device)
+
+    def set_input(self, batch):
+        self.A = batch["A"].to(self.device, non_blocking=True)
+
+    def load(self, data):
+        self.ref = data.to(self.device)
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = [f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL012"]
+    assert found == [next(i + 1 for i, t in enumerate(lines) if 'self.L = data["L"]' in t)]
