@@ -143,6 +143,9 @@ class CapturedStep:
         if self.step.metric_objects:
             self._disable("the loss function returns stateful metric objects, whose updates run on the host")
             return False
+        if any(isinstance(g["lr"], torch.Tensor) for g in self.step.optimizer.param_groups):
+            self._disable("the optimizer's LR is a tensor (the graph writes its own LR tensors from Python floats)")
+            return False
         return all(t.device == self.device for _, tensors, _ in sigs for t in tensors)
 
     def _disable(self, why: str) -> None:

@@ -188,3 +188,14 @@ def test_a_step_that_cannot_be_captured_trains_that_window_eagerly(fake_cuda):
     assert not cap.enabled and cap.replays == 0 and "could not be captured" in notes[0]
     assert out.samples == 32 and any(not torch.equal(a, b) for a, b in zip(before, cap.step.params, strict=True))
     assert all(isinstance(g["lr"], float) and not g["capturable"] for g in opt.param_groups)
+
+
+def test_an_lr_given_as_a_tensor_keeps_the_run_eager_with_a_note(fake_cuda):
+    notes: list[str] = []
+    cap, opt = _captured(notes, schedule="constant")
+    cap.step.step_scheduler = False  # a user's scheduler would fill the tensor in place; hotloop's sets floats
+    for g in opt.param_groups:
+        g["lr"] = torch.tensor(g["lr"])
+    for i in range(5):
+        cap(_window(seed=i))
+    assert cap.captures == 0 and cap.eager_steps == 5 and "LR is a tensor" in notes[0]
