@@ -274,6 +274,8 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
             return
         if self._cpu_branch(c) or not (self.tensor(recv) or self.kind(recv) is None and self._device_target(c)):
             return
+        if self.on_device(recv, c):
+            return  # already moved (`x = x.cuda()` above, or a model's output): this copies nothing
         target_node = c.args[0] if c.args else getattr(_kw(c, "device"), "value", c)
         target = ast.unparse(target_node)
         if isinstance(target_node, ast.Name):  # `device = accelerator.device` ... `.to(device)`

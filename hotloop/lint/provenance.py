@@ -134,3 +134,52 @@ class HostProvenance:
             if isinstance(n, (ast.For, ast.AsyncFor)) and e.id in target_names(n.target):
                 return self.mi._iterates_data(n.iter)
         return False
+
+    def on_device(self, e: ast.expr, at: ast.AST, depth: int = 0) -> bool:
+        """`e` is already on the device where `at` runs, by the statements before it in its blocks:
+        `x = x.cuda()` earlier, or the output of a call given such a tensor (`x_pred = netG(s.cuda())`). A
+        `.cuda()` of it copies nothing (MelGAN's `netD(x_pred_t.cuda())`)."""
+        if depth > 6:
+            return False
+        if isinstance(e, ast.Name):
+            value = self._value_before(e.id, at)
+            return value is not None and self.on_device(value, value, depth + 1)
+        if isinstance(e, ast.Attribute) and e.attr in ("shape", "dtype", "device", "ndim"):
+            return False  # a tensor's metadata, on the host
+        if isinstance(e, (ast.Subscript, ast.Attribute)):
+            return self.on_device(e.value, at, depth + 1)
+        if isinstance(e, ast.BinOp):
+            return self.on_device(e.left, at, depth + 1) or self.on_device(e.right, at, depth + 1)
+        if not isinstance(e, ast.Call):
+            return False
+        name = self.mi.call_name(e)
+        if name.startswith("torch.") and name.split(".")[-1] in {*self.HOST_FACTORIES, "eye"}:  # `torch.rand(n)`
+            device = _kw(e, "device")
+            return device is not None and not (isinstance(device.value, ast.Constant) and device.value.value == "cpu")
+        meth = method_name(e) if isinstance(e.func, ast.Attribute) and not name.startswith("torch.") else ""
+        if meth in ("size", "dim", "numel", "tolist", "item") or name in ("len", "int", "float"):
+            return False  # Python numbers
+        if meth == "cuda" or meth == "to" and bool(e.args or e.keywords):
+            return not (e.args and isinstance(e.args[0], ast.Constant) and e.args[0].value == "cpu")
+        if meth in ("cpu", "numpy", "pin_memory"):
+            return False
+        if meth and isinstance(e.func, ast.Attribute) and self.on_device(e.func.value, at, depth + 1):
+            return True  # `.detach()`, `.view()` of a device tensor
+        return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
+
+    def _value_before(self, name: str, at: ast.AST) -> ast.expr | None:
+        """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks
+        around it (not across a function boundary)."""
+        child, n = at, self.mi.parent.get(at)
+        while n is not None and not isinstance(n, ast.Module):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(n, field, None)
+                if isinstance(block, list) and child in block:
+                    for s in reversed(block[: block.index(child)]):
+                        if isinstance(s, ast.Assign) and any(name in target_names(t) for t in s.targets):
+                            single = len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+                            return s.value if single else None
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return None
+            child, n = n, self.mi.parent.get(n)
+        return None

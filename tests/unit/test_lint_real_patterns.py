@@ -1218,3 +1218,29 @@ class ModelPlain:
     lines = textwrap.dedent(src).splitlines()
     found = [f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL012"]
     assert found == [next(i + 1 for i, t in enumerate(lines) if 'self.L = data["L"]' in t)]
+
+
+def test_a_cuda_call_on_a_tensor_already_on_the_device_is_not_a_copy():
+    """MelGAN's loop: `x_t = x_t.cuda()` is the batch copy (reported); afterwards `x_t.cuda()`, the output of a
+    module given it (`netG(s_t.cuda())`) and `.detach()` of those are on the device already - no copy. A host
+    factory sized by a device tensor's shape (`torch.rand(x.size(0))`) is still made on the host."""
+    src = """
+import torch
+
+def main(netG, netD, fft, loader, opt):
+    netG.cuda()
+    for x_t in loader:
+        x_t = x_t.cuda()
+        s_t = fft(x_t).detach()
+        x_pred_t = netG(s_t.cuda())
+        d_fake = netD(x_pred_t.cuda().detach())
+        d_real = netD(x_t.cuda())
+        alpha = torch.rand(x_t.size(0), 1).cuda()
+        loss = (d_fake - d_real).mean() * alpha.mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = sorted(f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL012")
+    assert found == [next(i + 1 for i, t in enumerate(lines) if key in t) for key in ("x_t = x_t.cuda()", "alpha =")]
