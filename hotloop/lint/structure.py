@@ -103,7 +103,7 @@ class StructureChecks:
                             values.append(a)
                         elif isinstance(a, ast.Name):
                             values += assigned_values(a.id, nodes)
-            dicts = [d for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            dicts = [_as_dict(d) for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
             if not dicts or not all(isinstance(d, ast.Dict) for d in dicts):
                 return None
             for d in dicts:
@@ -168,7 +168,10 @@ class StructureChecks:
                        for n in walk_local(node))  # fmt: skip
 
         calls_model = any(runs_model(loop) for loop in loops)
-        if not loops or not calls_model:
+        # pygcn's full-batch `def test(): model.eval(); output = model(features, adj)`: no loop, one forward
+        whole = not loops and bool(re.fullmatch(r"(test|val|valid|validate|validation|evaluate|eval)", fn.name, re.I)
+                                   and re.search(r"\.eval\(\)", ast.unparse(fn)) and runs_model(fn))  # fmt: skip
+        if not whole and (not loops or not calls_model):
             return
         calls = self.mi.calls_to.get(fn.name, [])
         if flag is not None:  # a shared train/eval loop: only its train=False calls evaluate
@@ -463,3 +466,11 @@ class StructureChecks:
                              f"only called when it is true: without it every epoch repeats the order")  # fmt: skip
                     continue
                 self.add("HL015", n, f"`{src(n)}` without `set_epoch(epoch)`: every epoch repeats the order")
+
+
+def _as_dict(e: ast.expr) -> ast.expr:
+    """`dict(batch_size=b, num_workers=n)` as the literal `{"batch_size": b, "num_workers": n}` (Pytorch-UNet's
+    `loader_args`); anything else as it is."""
+    if isinstance(e, ast.Call) and call_name(e) == "dict" and not e.args and all(k.arg for k in e.keywords):
+        return ast.Dict(keys=[ast.Constant(k.arg) for k in e.keywords], values=[k.value for k in e.keywords])
+    return e

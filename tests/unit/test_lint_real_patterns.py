@@ -1244,3 +1244,50 @@ def main(netG, netD, fft, loader, opt):
     lines = textwrap.dedent(src).splitlines()
     found = sorted(f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL012")
     assert found == [next(i + 1 for i, t in enumerate(lines) if key in t) for key in ("x_t = x_t.cuda()", "alpha =")]
+
+
+def test_loader_options_in_a_dict_call_are_read():
+    """Pytorch-UNet: `loader_args = dict(batch_size=b, num_workers=os.cpu_count(), pin_memory=True)` then
+    `DataLoader(train_set, shuffle=True, **loader_args)` iterated every epoch: no persistent workers."""
+    src = """
+import os
+import torch
+from torch.utils.data import DataLoader
+
+def train(model, train_set, opt, epochs):
+    model.cuda()
+    loader_args = dict(batch_size=8, num_workers=os.cpu_count(), pin_memory=True)
+    train_loader = DataLoader(train_set, shuffle=True, **loader_args)
+    for epoch in range(epochs):
+        for x in train_loader:
+            model(x.cuda(non_blocking=True)).mean().backward()
+            opt.step()
+"""
+    found = {f.code: f.message for f in lint_source(textwrap.dedent(src))}
+    assert "persistent_workers" in found["HL011"] and "pin_memory" not in found["HL011"]
+
+
+def test_a_full_batch_test_function_without_no_grad_is_hl018():
+    """pygcn: `def test(): model.eval(); output = model(features, adj)` - one forward over the whole graph, no
+    loop, no `torch.no_grad()`. With `@torch.no_grad()` nothing is reported; a `test_*` pytest function is not
+    an evaluation function."""
+    src = """
+import torch
+
+def test(model, features, adj):
+    model.eval()
+    output = model(features, adj)
+    return output.argmax(-1)
+
+@torch.no_grad()
+def validate(model, features, adj):
+    model.eval()
+    return model(features, adj)
+
+def test_shapes(model, features, adj):
+    model.eval()
+    assert model(features, adj).shape[0] == 3
+"""
+    found = [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+    line = next(i + 1 for i, t in enumerate(textwrap.dedent(src).splitlines()) if t.startswith("def test("))
+    assert found == [(line, "HL018")]
