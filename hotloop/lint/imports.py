@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, walk_local
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -27,6 +27,7 @@ MOVER = re.compile(r"device|move|cuda|transfer|prefetch", re.I)  # HL012 only fr
 # Methods whose reads are their job, not a training step's overhead: decoding checks for an end token, an
 # evaluation pass reads its results, an agent choosing an action reads it for the environment (judged false
 # every time in the labelled set).
+NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 NOT_A_STEP = re.compile(r"generat|predict|infer|evaluat|eval$|test|valid|decode|render|^act$|action", re.I)
 LEVELS_UP = 4
 _EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str, bool]]] = {}  # (file, mtime, name, cuda)
@@ -263,6 +264,32 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
     return _EFFECTS[key]
 
 
+def saves_in(file: Path, name: str) -> list[tuple[int, str]]:
+    """(line, message) of each in-place `torch.save` (HL021) that calling `name` from a training loop makes:
+    `utils.save_checkpoint(state, is_best)` writing `checkpoint.pth.tar`, `policy.save(path)`."""
+    from hotloop.lint.checks import TORCH_CODE, Checker
+
+    file, name = _defining(file, name)
+    key = (str(file), file.stat().st_mtime, name, "saves")
+    if key not in _EFFECTS:
+        _EFFECTS[key] = []
+        mi = _module(file, key[1])
+        fn = _find(mi.tree, name) if mi is not None and "torch.save" in mi.source else None
+        if mi is not None and fn is not None and TORCH_CODE.search(mi.source):
+            saved = (set(mi.hot_functions), set(mi.train_functions))
+            mi.train_functions.add(fn)
+            mi.propagate()
+            new = mi.train_functions - saved[1]
+            hits = [h for h in Checker(mi).run() if h.code == "HL021" and _inside_or_is(mi, h.node, new)]
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False) for h in hits]
+            mi.hot_functions, mi.train_functions = saved
+    return [(line, message) for _, line, message, _ in _EFFECTS[key]]
+
+
+def _inside_or_is(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
+    return node in fns or _inside(mi, node, fns)
+
+
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
     """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
     the parameter's default) decides."""
@@ -309,6 +336,18 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
     return out
 
 
+def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
+    """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
+    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows."""
+    args = [*c.args, *(k.value for k in c.keywords)]
+    fn = mi.enclosing_function(c)
+    texts = [ast.unparse(a) for a in args if not isinstance(a, ast.Constant)]
+    for a in args:
+        if isinstance(a, ast.Name):
+            texts += [ast.unparse(v) for v in assigned_values(a.id, walk_local(fn))]
+    return any(re.search(r"epoch|step|iter", t, re.I) for t in texts)
+
+
 def _where(project: Project, file: Path) -> str:
     """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
     return os.path.relpath(file, project.file.parent) if project.file else str(file)
@@ -339,6 +378,15 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
     if not (project.names or project.modules):
         return []
     out = [h for h in loader_hits(mi, project) if (h[1].lineno, h[0]) not in seen]
+    for c in mi.nodes:  # in-place saves inside a project helper the training loop calls
+        if (isinstance(c, ast.Call) and mi.in_training_loop(c) and (c.lineno, "HL021") not in seen
+                and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
+            # An epoch or step in the call may name the file inside the helper, several names deep: no claim then.
+            for line, message in saves_in(*target)[:1] if not _varying_args(mi, c) else []:
+                seen.add((c.lineno, "HL021"))
+                where = _where(project, _defining(*target)[0])
+                out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
+                                        f"{message}"))  # fmt: skip
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):
             continue

@@ -251,3 +251,53 @@ def test_methods_of_a_project_class_instance_are_followed(tmp_path):
     assert (at("logger.update(loss=value"), "HL001") not in found  # Python floats: nothing is read
     assert not any(line in (at("score = policy.evaluate_policy"), at("action = policy.select")) for line, _ in found)
     assert (at("buffer = move_to_device"), "HL012") in found
+
+
+def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_path):
+    """`policy.save(path)` (TD3) or `save_checkpoint(state)` writing a fixed file from the training loop:
+    HL021 at the call, naming the helper's line. A call naming the epoch (`save_checkpoint(state, epoch)`)
+    may write a new file each time: no claim. An exporter's `model.bin` is an artefact, not the checkpoint."""
+    (tmp_path / "agent.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class Agent:
+            def __init__(self, net):
+                self.net = net
+
+            def save(self, filename):
+                torch.save(self.net.state_dict(), filename + "_actor")
+
+        def save_checkpoint(state, epoch=0):
+            torch.save(state, "checkpoint.pth.tar")
+
+        def model_export(model, path):
+            torch.save(model.state_dict(), path)
+    """)
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from agent import Agent, save_checkpoint, model_export
+
+        def main(net, loader, opt, epochs):
+            net.cuda()
+            policy = Agent(net)
+            for epoch in range(epochs):
+                for x in loader:
+                    net(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                policy.save("./models/td3")
+                save_checkpoint({"model": net.state_dict()}, epoch)
+                model_export(net, "model.bin")
+    """)
+    )
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+    at = {
+        k: next(i + 1 for i, t in enumerate(lines) if k in t)
+        for k in ("policy.save", "save_checkpoint(", "model_export(net")
+    }
+    assert "agent.py" in found[(at["policy.save"], "HL021")]
+    assert (at["save_checkpoint("], "HL021") not in found and (at["model_export(net"], "HL021") not in found
