@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.kinds import dotted, method_name
+from hotloop.lint.kinds import assigned_values, dotted, method_name
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
@@ -86,7 +86,15 @@ class GateModel:
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
     def boundary_gate(self, node: ast.If) -> bool:
-        return is_gate(node.test) and not self.is_update_gate(node)
+        return (is_gate(node.test) or self._named_gate(node.test, node)) and not self.is_update_gate(node)
+
+    def _named_gate(self, test: ast.expr, node: ast.AST) -> bool:
+        """`early_phase = batch_idx % log_frequency == 0 and ...` then `if early_phase or late_phase:` (monodepth2):
+        a name assigned a gate expression in the same loop body (per step, not a run's `rank`) is that gate."""
+        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+        loop = self.enclosing_loop(node)  # type: ignore[attr-defined]
+        scope = [n for n in ast.walk(loop) if isinstance(n, (ast.Assign, ast.AnnAssign))] if names and loop else []
+        return any(is_gate(v) for name in names for v in assigned_values(name, scope))
 
     def _after_early_exit(self, stmt: ast.AST, block: list[ast.stmt]) -> bool:
         """`if not should_log: return` earlier in the same block: what follows runs at the boundary only. A

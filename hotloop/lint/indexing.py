@@ -66,7 +66,7 @@ class IndexChecks:
         def numpy_made(v: ast.expr) -> bool:
             if isinstance(v, ast.Call):  # (`np.array(batch)` is data, not an index)
                 numpy = self.mi.call_name(v).split(".")[0] in ("np", "numpy")
-                return numpy and method_name(v) not in ("array", "asarray")
+                return numpy and method_name(v) not in ("array", "asarray") and not _numpy_scalar(v)
             return (
                 isinstance(v, ast.Subscript)
                 and isinstance(v.slice, ast.Slice)
@@ -139,3 +139,15 @@ def _bool_made(call: ast.Call) -> bool:
             return True
         e = e.func.value if isinstance(e.func, ast.Attribute) else e.func
     return False
+
+
+def _numpy_scalar(call: ast.Call) -> bool:
+    """`np.random.choice(i_train)`, `np.random.randint(n)`: one number, not an index array - indexing with it
+    passes a Python int (NeRF's `images[img_i]`)."""
+    sizes = {"choice": 1, "randint": 2, "uniform": 2, "normal": 2}  # the positional index of `size`
+    meth = method_name(call)
+    if meth not in sizes and meth not in ("rand", "randn"):
+        return False
+    if any(k.arg == "size" for k in call.keywords):
+        return False
+    return not call.args if meth in ("rand", "randn") else len(call.args) <= sizes[meth]

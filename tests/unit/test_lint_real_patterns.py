@@ -1291,3 +1291,33 @@ def test_shapes(model, features, adj):
     found = [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
     line = next(i + 1 for i, t in enumerate(textwrap.dedent(src).splitlines()) if t.startswith("def test("))
     assert found == [(line, "HL018")]
+
+
+def test_batch_r_patterns_named_gates_and_numpy_scalar_indices():
+    """From held-out batch R, after its score was recorded: monodepth2 logs under `if early_phase or
+    late_phase:` with `early_phase = batch_idx % freq == 0 and step < 2000` assigned in the loop - a log gate
+    by name; NeRF's `img_i = np.random.choice(i_train)` is one number, so `images[img_i]` copies no index
+    array (while `np.random.choice(n, size=8)` is one)."""
+    src = """
+import numpy as np
+import torch
+
+def train(model, loader, opt, images, i_train, freq):
+    model.cuda()
+    for batch_idx, x in enumerate(loader):
+        loss = model(x.cuda(non_blocking=True)).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        early_phase = batch_idx % freq == 0 and batch_idx < 2000
+        late_phase = batch_idx % 2000 == 0
+        if early_phase or late_phase:
+            print(loss.cpu().data)
+        img_i = np.random.choice(i_train)
+        target = images[img_i]
+        rows = np.random.choice(len(i_train), size=8)
+        batch = images[rows]
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = sorted((f.line, f.code) for f in lint_source(textwrap.dedent(src)))
+    assert found == [(next(i + 1 for i, t in enumerate(lines) if "images[rows]" in t), "HL024")]
