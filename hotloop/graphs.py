@@ -48,9 +48,13 @@ WARMUP_STEPS = 3
 _GROUP_KEYS_SKIPPED = ("params", "lr", "initial_lr", "names", "lr_scale", "layer")
 
 
-def check(value: str, device: torch.device, precision: str, compile_mode: str | None, dist_active: bool,
-          optimizer: torch.optim.Optimizer) -> None:  # fmt: skip
-    """Refuse `cuda_graph=step` where it cannot work, naming the setting to change."""
+def check(
+    value: str, device: torch.device, precision: str, dist_active: bool, optimizer: torch.optim.Optimizer
+) -> None:
+    """Refuse `cuda_graph=step` where it cannot work, naming the setting to change: what is only known once the
+    run is set up (the device, `precision=auto` resolved, torchrun, the optimizer). The config refuses the
+    combinations it spells out itself (`TrainConfig.validate`: compile modes with their own CUDA graphs, fp16,
+    strategy=ddp/fsdp)."""
     if value == "off":
         return
     why = None
@@ -60,8 +64,6 @@ def check(value: str, device: torch.device, precision: str, compile_mode: str | 
         why = "cannot capture fp16's GradScaler (it keeps per-step state on the host); use precision=bf16"
     elif dist_active:
         why = "is single-process only: under torchrun (DDP/FSDP) set cuda_graph=off"
-    elif compile_mode in ("reduce-overhead", "max-autotune"):
-        why = f"and compile={compile_mode} both capture CUDA graphs; use compile=default (or false) with it"
     elif not optimizer.defaults.get("fused"):
         why = (f"needs a fused optimizer to capture ({type(optimizer).__name__} is not): keep "
                "optim.implementation=fused (or auto), or pass fused=True to your optimizer")  # fmt: skip
@@ -120,7 +122,7 @@ class CapturedStep:
         for (_, tensors, _), static in zip(sigs, self.static, strict=True):
             for src, dst in zip(tensors, static, strict=True):
                 dst.copy_(src, non_blocking=True)
-        return self._replay()
+        return self.step.run(self._replay, batches)
 
     # -- eager ---------------------------------------------------------------------------------
 
@@ -209,23 +211,19 @@ class CapturedStep:
         self.graph, self.samples = graph, samples
         self.opt_state, self.opt_groups, self.frozen = opt.state, opt.param_groups, self._frozen()
         self.captures += 1
-        return self._replay()
+        return self.step.run(self._replay, batches)
 
-    def _replay(self) -> StepOutput:
-        step, groups = self.step, self.step.optimizer.param_groups
-        for i, g in enumerate(groups):
+    def _replay(self, _window: Any) -> tuple[dict[str, torch.Tensor], torch.Tensor, int, torch.Tensor]:
+        """`TrainStep.update`'s result, by replaying the graph on the static buffers (already filled)."""
+        for i, g in enumerate(self.step.optimizer.param_groups):
             if g["lr"] != self.host_lrs[i]:
                 self.lrs[i].fill_(g["lr"])
                 self.host_lrs[i] = g["lr"]
-        lr = groups[-1]["lr"] / groups[-1].get("lr_scale", 1.0)
         assert self.graph is not None
         self.graph.replay()
         self.replays += 1
         values = self.out.clone().unbind(0)
-        if step.step_scheduler:
-            step.scheduler.step()
-        metrics = dict(zip(self.keys, values[:-2], strict=True))
-        return StepOutput(metrics, values[-2], self.samples, lr, values[-1])
+        return dict(zip(self.keys, values[:-2], strict=True)), values[-2], self.samples, values[-1]
 
 
 def wrap(step: TrainStep, value: str, device: torch.device, note: Callable[[str], None] = print) -> Any:

@@ -190,9 +190,14 @@ class TrainStep:
                     p.grad = torch.zeros_like(p)
 
     def __call__(self, window: Any) -> StepOutput:
+        return self.run(self.update, window)
+
+    def run(self, update: Callable[[Any], tuple], window: Any) -> StepOutput:
+        """`update(window)` - this step's own `update`, or a CUDA graph's replay of it (`graphs.py`) - between
+        reading the LR it trains with and stepping the schedule."""
         group = self.optimizer.param_groups[-1]
-        lr = group["lr"] / group.get("lr_scale", 1.0)  # the LR this step trains with (before the schedule moves)
-        metrics, norm, samples, bad = self.update(window)
+        lr = group["lr"] / group.get("lr_scale", 1.0)
+        metrics, norm, samples, bad = update(window)
         if self.step_scheduler:
             self.scheduler.step()
         return StepOutput(metrics, norm, samples, lr, bad)

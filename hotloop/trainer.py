@@ -164,7 +164,7 @@ class Trainer:
         self.forward_model: nn.Module = (
             wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
-        graphs.check(cfg.cuda_graph, self.device, self.precision.name, mode, self.dist.active, self.optimizer)
+        graphs.check(cfg.cuda_graph, self.device, self.precision.name, self.dist.active, self.optimizer)
         self.scheduler: Any = resolve_scheduler(scheduler, self.optimizer) if scheduler is not None else None
         """Stepped once per optimizer step (ReduceLROnPlateau: at evaluations, on val_loss)."""
         self.state = TrainState()

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from hotloop.benchmarks.variants import DEFAULT_VARIANTS, REQUIRES, VARIANTS, Window
+from hotloop.benchmarks.variants import CUDA_GRAPH_VARIANTS, DEFAULT_VARIANTS, REQUIRES, VARIANTS, Window
 from hotloop.benchmarks.workloads import make_workload
 from hotloop.doctor import HostReadCounter
 from hotloop.errors import ConfigError
@@ -87,7 +87,7 @@ def check_variants(variants: list[str] | None, device: str) -> None:
     for v in variants or []:
         if v not in VARIANTS:
             raise ConfigError(f"unknown variant `{v}`; choose from {', '.join(VARIANTS)}")
-        if v in ("hotloop-graphs", "hotloop-step-graph") and not device.startswith("cuda"):
+        if v in CUDA_GRAPH_VARIANTS and not device.startswith("cuda"):
             raise ConfigError(f"variant `{v}` (CUDA graphs) needs --device cuda")
 
 

@@ -12,6 +12,9 @@ host once every 50 steps at most:
 - `lightning`: a `LightningModule` logging its loss with `self.log`, fed by a DataLoader that fetches a
   whole batch per index list (one gather, not 256 sample calls), compiled and bf16 on CUDA like plain.
 - `accelerate`: an `Accelerator`-prepared loop over that same batched DataLoader, compiled and bf16 on CUDA.
+- `hotloop-graphs`, `hotloop-step-graph` (opt-in, CUDA only): hotloop with `compile="reduce-overhead"` (CUDA
+  graphs of the model's passes) and with `cuda_graph="step"` (the whole step in one graph, `graphs.py`),
+  for launch-bound models such as `mlp`.
 
 A `Window` marks the measured steps (after warmup) and synchronises the device at its two ends only.
 """
@@ -19,6 +22,7 @@ A `Window` marks the measured steps (after warmup) and synchronises the device a
 from __future__ import annotations
 
 import contextlib
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -205,20 +209,8 @@ def run_hotloop(w: Workload, device: torch.device, window: Window, **overrides: 
         Trainer(w.make_model(), cfg, callbacks=[Tick()]).fit((w.x, w.y))
 
 
-def run_hotloop_graphs(w: Workload, device: torch.device, window: Window) -> None:
-    """Opt-in, CUDA only: hotloop with `compile="reduce-overhead"` (CUDA graphs replay the step's kernels
-    with one launch), for launch-bound models such as `mlp`."""
-    if device.type != "cuda":
-        raise ValueError("the hotloop-graphs variant needs CUDA (CUDA graphs)")
-    run_hotloop(w, device, window, compile="reduce-overhead")
-
-
-def run_hotloop_step_graph(w: Workload, device: torch.device, window: Window) -> None:
-    """Opt-in, CUDA only: hotloop with `cuda_graph="step"` - forward, backward, clipping and the fused
-    optimizer captured in one CUDA graph (`graphs.py`), for launch-bound models such as `mlp`."""
-    if device.type != "cuda":
-        raise ValueError("the hotloop-step-graph variant needs CUDA (CUDA graphs)")
-    run_hotloop(w, device, window, cuda_graph="step")
+CUDA_GRAPH_VARIANTS = {"hotloop-graphs": {"compile": "reduce-overhead"}, "hotloop-step-graph": {"cuda_graph": "step"}}
+"""hotloop's opt-in CUDA-graph variants and their config (refused off CUDA by `check_variants`)."""
 
 
 def run_lightning(w: Workload, device: torch.device, window: Window) -> None:
@@ -304,8 +296,7 @@ VARIANTS: dict[str, Callable[[Workload, torch.device, Window], None]] = {
     "hotloop": run_hotloop,
     "lightning": run_lightning,
     "accelerate": run_accelerate,
-    "hotloop-graphs": run_hotloop_graphs,
-    "hotloop-step-graph": run_hotloop_step_graph,
+    **{name: functools.partial(run_hotloop, **overrides) for name, overrides in CUDA_GRAPH_VARIANTS.items()},
 }
 DEFAULT_VARIANTS = ["plain", "naive", "hotloop", "lightning", "accelerate"]  # the CUDA-graph variants: ask for them
 REQUIRES = {"lightning": "lightning", "accelerate": "accelerate"}

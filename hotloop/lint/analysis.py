@@ -35,6 +35,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     FunctionInfo,
     KindModel,
     assigned_values,
+    constructed,
     dotted,
     method_name,
     target_names,
@@ -412,14 +413,7 @@ class ModuleInfo(KindModel, GateModel):
         """`agent = Agent(...)`, `self.policy = Policy(...)` with the class in this file: the name's methods
         are that class's (`agent.learn(batch)` in the loop runs `Agent.learn`)."""
         classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
-        out: dict[str, ast.ClassDef] = {}
-        for n in self.nodes:
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name):
-                cls = classes.get(n.value.func.id)
-                for t in n.targets if cls is not None else []:
-                    if dotted(t):
-                        out.setdefault(dotted(t), cls)
-        return out
+        return constructed(self.nodes, lambda c: classes.get(c.func.id) if isinstance(c.func, ast.Name) else None)
 
     def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[ast.AST]:
         """`name` as defined in `cls`, or else in its same-file base classes."""

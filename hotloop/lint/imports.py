@@ -15,9 +15,11 @@ from __future__ import annotations
 import ast
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, dotted, walk_local
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -61,6 +63,13 @@ class Project:
         self.modules: dict[str, Path] = {}  # local name -> module file
         if self.file is not None and self.file.is_file():
             self._read_imports()
+
+    @staticmethod
+    def of(mi: ModuleInfo) -> Project:
+        """The module's project, read once: the step-taking calls, the cross-file pass and re-exports all ask."""
+        if not hasattr(mi, "project"):
+            mi.project = Project(mi)  # type: ignore[attr-defined]
+        return mi.project  # type: ignore[attr-defined]
 
     def _resolve(self, module: str, level: int) -> Path | None:
         assert self.file is not None
@@ -132,20 +141,17 @@ class Project:
     def _instances(self) -> dict[str, tuple[Path, str]]:
         """`compute_loss = ComputeLossOTA(model)` (or `self.crit = losses.Focal()`): the name runs the class."""
         if not hasattr(self, "_inst"):
-            self._inst: dict[str, tuple[Path, str]] = {}
-            for n in self.mi.nodes:
-                if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
-                    cls = call_name(n.value)
-                    h, _, r = cls.partition(".")
-                    target = self.names.get(cls)
-                    if target is None and r and h in self.modules:  # `losses.Focal()`
-                        target = self.modules[h], r
-                    if target is None or not target[1][:1].isupper():
-                        continue  # an instance of a class (`ComputeLoss(...)`), not a function's result
-                    for t in n.targets:
-                        if dotted(t):
-                            self._inst.setdefault(dotted(t), target)
+            self._inst: dict[str, tuple[Path, str]] = constructed(self.mi.nodes, self._class_of)
         return self._inst
+
+    def _class_of(self, c: ast.Call) -> tuple[Path, str] | None:
+        """The project class a call constructs (`ComputeLoss(...)`, `losses.Focal()`), not a function's result."""
+        name = call_name(c)
+        h, _, r = name.partition(".")
+        target = self.names.get(name)
+        if target is None and r and h in self.modules:  # `losses.Focal()`
+            target = self.modules[h], r
+        return target if target is not None and target[1][:1].isupper() else None
 
 
 def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
@@ -153,15 +159,13 @@ def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
     backward or steps an optimizer, with no loop over data of its own): an RL script's `policy.train(buffer)`
     or `agent.update(rollouts)`, a GAN's `model.optimize_parameters()`."""
     out: list[ast.Call] = []
-    project: Project | None = None
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not isinstance(c.func, ast.Attribute) or mi.in_hot(c):
             continue
         loop = mi.enclosing_loop(c)
         if loop is None or loop in mi.hot_loops:
             continue
-        project = project or Project(mi)
-        target = project.callee(c)
+        target = Project.of(mi).callee(c)
         if target is None or NOT_A_STEP.search(target[1].rpartition(".")[2]):
             continue
         file, name = _defining(*target)
@@ -177,7 +181,7 @@ def _defining(file: Path, name: str, hops: int = 3) -> tuple[Path, str]:
     mi = _module(file, file.stat().st_mtime)
     if hops and mi is not None and _find(mi.tree, name) is None:
         head, dot, meth = name.partition(".")
-        again = Project(mi).names.get(head)
+        again = Project.of(mi).names.get(head)
         if again is not None and again[0] != file:
             return _defining(again[0], again[1] + dot + meth, hops - 1)
     return file, name
@@ -202,92 +206,86 @@ def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
     return n is not None
 
 
-def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
-    """Under `if isinstance(v, torch.Tensor):` (`torch.is_tensor(v)`): a read that only happens when the
-    caller passes a tensor (a metric logger's `update(loss=loss_value)` given a float reads nothing)."""
+def _if_tests(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.expr]:
+    """The tests of the `if` statements `node` sits under."""
     child, n = node, mi.parent.get(node)
     while n is not None and not isinstance(n, ast.Module):
-        if isinstance(n, ast.If) and child is not n.test and isinstance(n.test, ast.Call):
-            name = call_name(n.test)
-            args = n.test.args
-            if name.endswith("is_tensor") or (name == "isinstance" and len(args) == 2 and "Tensor" in dotted(args[1])):
-                return True
-            if name == "hasattr" and len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value == "item":
-                return True
+        if isinstance(n, ast.If) and child is not n.test:
+            yield n.test
         child, n = n, mi.parent.get(n)
-    return False
+
+
+def _tensor_test(test: ast.expr) -> bool:
+    """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`, `hasattr(v, "item")`."""
+    if not isinstance(test, ast.Call):
+        return False
+    name, args = call_name(test), test.args
+    if name.endswith("is_tensor") or name == "isinstance" and len(args) == 2 and "Tensor" in dotted(args[1]):
+        return True
+    return name == "hasattr" and len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value == "item"
+
+
+def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if isinstance(v, torch.Tensor):`: a read that only happens when the caller passes a tensor (a
+    metric logger's `update(loss=loss_value)` given a float reads nothing)."""
+    return any(_tensor_test(t) for t in _if_tests(mi, node))
 
 
 def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
     """Under `if self.autobalance:` / `if not self.flag:`: an option of the helper whose value is set
     elsewhere (often off by default): not known to run every step."""
-    child, n = node, mi.parent.get(node)
-    while n is not None and not isinstance(n, ast.Module):
-        if isinstance(n, ast.If) and child is not n.test:
-            test = n.test.operand if isinstance(n.test, ast.UnaryOp) else n.test
-            if isinstance(test, ast.Attribute) and dotted(test).startswith("self."):
-                return True
-        child, n = n, mi.parent.get(n)
-    return False
+    tests = (t.operand if isinstance(t, ast.UnaryOp) else t for t in _if_tests(mi, node))
+    return any(isinstance(t, ast.Attribute) and dotted(t).startswith("self.") for t in tests)
+
+
+@contextmanager
+def _called(file: Path, name: str, every_step: bool, device_code: bool = False) -> Iterator[tuple[ModuleInfo, list]]:
+    """The helper `name` of `file` (followed through re-exports) as a call from the linted script makes it:
+    hot (`every_step`) or training code, with what it reaches in its own file. Yields the module and the rule
+    hits inside what the call made so (its own rules only: one level deep); empty when there is no such
+    function or no PyTorch in the file. The module's own state comes back afterwards."""
+    from hotloop.lint.checks import TORCH_CODE, Checker
+
+    file, name = _defining(file, name)
+    mi = _module(file, file.stat().st_mtime)
+    fn = _find(mi.tree, name) if mi is not None and TORCH_CODE.search(mi.source) else None
+    if mi is None or fn is None:
+        yield mi, []  # type: ignore[misc]
+        return
+    saved = (mi.device_code, set(mi.hot_functions), set(mi.train_functions))
+    mi.device_code = mi.device_code or device_code  # the caller moves data to the device: so does this
+    if every_step:
+        mi.propagate(fn)
+    else:
+        mi.train_functions.add(fn)
+        mi.propagate()
+    made = mi.hot_functions - saved[1] if every_step else mi.train_functions - saved[2]
+    try:
+        yield mi, [h for h in Checker(mi).run() if _inside(mi, h.node, made)]
+    finally:
+        mi.device_code, mi.hot_functions, mi.train_functions = saved  # the next name starts from the file as is
 
 
 def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str, bool]]:
     """(code, line, message, only if given a tensor) of each read that calling `name` every step adds inside
     `file`."""
-    from hotloop.lint.checks import TORCH_CODE, Checker
-
-    def check(mi: ModuleInfo) -> list:  # this module's own rules only: one level deep, no recursion
-        return Checker(mi).run() if TORCH_CODE.search(mi.source) else []
-
     key = (str(file), file.stat().st_mtime, name, device_code)
     if key not in _EFFECTS:
-        _EFFECTS[key] = []
-        mi = _module(file, key[1])
-        if mi is None:
-            return []
-        source, fn = mi.source, _find(mi.tree, name)
-        if fn is None:  # a package's `__init__.py` re-exporting it: `from ._device import batch_to_device`
-            again = _defining(file, name)
-            if again[0] != file:
-                _EFFECTS[key] = effects(*again, device_code)
-                return _EFFECTS[key]
-        if fn is not None:
-            saved = (mi.device_code, set(mi.hot_functions), set(mi.train_functions))
-            mi.device_code = mi.device_code or device_code  # the caller moves data to the device: so does this
-            mi.propagate(fn)
-            new = mi.hot_functions - saved[1]  # what this call makes hot: its reads are the call's effects
-            lines = source.splitlines()
-            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node)) for h in check(mi)
-                             if h.code in EFFECT_CODES and _inside(mi, h.node, new)
-                             and "noqa" not in lines[h.node.lineno - 1] and not _switched(mi, h.node)]  # fmt: skip
-            mi.device_code, mi.hot_functions, mi.train_functions = saved  # the next name starts from the file as is
+        with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node)) for h in hits
+                             if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
+                             and not _switched(mi, h.node)]  # fmt: skip
     return _EFFECTS[key]
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str]]:
     """(line, message) of each in-place `torch.save` (HL021) that calling `name` from a training loop makes:
     `utils.save_checkpoint(state, is_best)` writing `checkpoint.pth.tar`, `policy.save(path)`."""
-    from hotloop.lint.checks import TORCH_CODE, Checker
-
-    file, name = _defining(file, name)
     key = (str(file), file.stat().st_mtime, name, "saves")
     if key not in _EFFECTS:
-        _EFFECTS[key] = []
-        mi = _module(file, key[1])
-        fn = _find(mi.tree, name) if mi is not None and "torch.save" in mi.source else None
-        if mi is not None and fn is not None and TORCH_CODE.search(mi.source):
-            saved = (set(mi.hot_functions), set(mi.train_functions))
-            mi.train_functions.add(fn)
-            mi.propagate()
-            new = mi.train_functions - saved[1]
-            hits = [h for h in Checker(mi).run() if h.code == "HL021" and _inside_or_is(mi, h.node, new)]
-            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False) for h in hits]
-            mi.hot_functions, mi.train_functions = saved
+        with _called(file, name, every_step=False) as (_, hits):
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False) for h in hits if h.code == "HL021"]
     return [(line, message) for _, line, message, _ in _EFFECTS[key]]
-
-
-def _inside_or_is(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
-    return node in fns or _inside(mi, node, fns)
 
 
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
@@ -374,7 +372,7 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
 
 def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[str, ast.Call, str]]:
     """(code, call, message) for each hot call whose helper in another file reads on the host."""
-    project = Project(mi)
+    project = Project.of(mi)
     if not (project.names or project.modules):
         return []
     out = [h for h in loader_hits(mi, project) if (h[1].lineno, h[0]) not in seen]

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
@@ -108,6 +109,15 @@ def assigned_values(name: str, nodes: Iterable[ast.AST], annotated: bool = False
             continue
         if any(name in target_names(t) for t in targets):
             out.append(n.value)  # type: ignore[arg-type]
+    return out
+
+
+def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) -> dict[str, Any]:
+    """`x = Cls(...)`, `self.x = Cls(...)`: each name with what `resolve` makes of its first construction."""
+    out: dict[str, Any] = {}
+    for n in nodes:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (made := resolve(n.value)) is not None:
+            out.update((dotted(t), made) for t in n.targets if dotted(t) and dotted(t) not in out)
     return out
 
 

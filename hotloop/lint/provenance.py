@@ -142,7 +142,7 @@ class HostProvenance:
         if depth > 6:
             return False
         if isinstance(e, ast.Name):
-            value = self._value_before(e.id, at)
+            value = self.value_before(e.id, at)
             return value is not None and self.on_device(value, value, depth + 1)
         if isinstance(e, ast.Attribute) and e.attr in ("shape", "dtype", "device", "ndim"):
             return False  # a tensor's metadata, on the host
@@ -167,7 +167,7 @@ class HostProvenance:
             return True  # `.detach()`, `.view()` of a device tensor
         return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
 
-    def _value_before(self, name: str, at: ast.AST) -> ast.expr | None:
+    def value_before(self, name: str, at: ast.AST) -> ast.expr | None:
         """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks
         around it (not across a function boundary)."""
         child, n = at, self.mi.parent.get(at)

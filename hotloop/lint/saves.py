@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
 from hotloop.lint.structure import kw
@@ -17,6 +18,8 @@ from hotloop.lint.structure import kw
 
 class SaveChecks:
     mi: ModuleInfo
+    value_before: Callable[[str, ast.AST], ast.expr | None]
+    """HostProvenance's (both are mixed into `checks.Checker`)."""
 
     def _save_helper_in_place(self, c: ast.Call) -> bool:
         """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
@@ -98,22 +101,6 @@ class SaveChecks:
                 )
         return text  # fmt: skip
 
-    def _set_just_before(self, name: str, node: ast.AST) -> list[ast.expr]:
-        """The value `name` was last given in the statements just before `node`'s, in its own block: of
-        `if mode == "all": name = f"model_{acc}.pt" ... elif mode == "best": name = "model.pt"; save(name)`
-        only the second names what this save writes."""
-        child, n = node, self.mi.parent.get(node)
-        while n is not None and not any(child in getattr(n, f, ()) for f in ("body", "orelse", "finalbody")):
-            child, n = n, self.mi.parent.get(n)
-        if n is None:
-            return []
-        block = next(getattr(n, f) for f in ("body", "orelse", "finalbody") if child in getattr(n, f, ()))
-        for s in reversed(block[: block.index(child)]):
-            if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in s.targets):
-                return [s.value]
-        return [] if n is self.mi.enclosing_function(node) or isinstance(n, ast.Module) else self._set_just_before(
-            name, n)  # fmt: skip
-
     def _fresh_path(self, c: ast.Call) -> bool:
         """Saving to a buffer, or to a path named by the epoch/step (a new file each time) overwrites nothing."""
         if len(c.args) < 2:
@@ -139,7 +126,10 @@ class SaveChecks:
             found = []
             for name in set(todo) - seen:
                 seen.add(name)
-                values = (depth == 0 and self._set_just_before(name, c)) or assigned_values(name, walk_local(fn))
+                # Of `if mode == "all": name = f"model_{acc}.pt" ... elif mode == "best": name = "model.pt"; save(name)`
+                # only the assignment just before the save names what it writes; further back, any of them may.
+                last = self.value_before(name, c) if depth == 0 else None
+                values = [last] if last is not None else assigned_values(name, walk_local(fn))
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
                     text += " " + ast.unparse(v)
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]

@@ -54,15 +54,17 @@ def run_benches(out: Path | None, quick: bool = False) -> list[dict[str, Any]]:
     """Each benchmark in a fresh process: the tests leave process-wide state behind (a `deterministic=True`
     run turns on `torch.use_deterministic_algorithms`), which slowed gpt2 from 25.9 to 16.5 steps/s on an
     H100 when the benches ran in the tests' process."""
+    from hotloop.benchmarks.variants import CUDA_GRAPH_VARIANTS
+
     rows: list[dict[str, Any]] = []
     for workload, rounds in (("gpt2", 1), ("mlp", 2)) if quick else (("gpt2", 3), ("mlp", 5)):
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             path = (out or Path(tmp)) / f"bench-{workload}-cuda.json"
             code = "from hotloop.benchmarks import run_bench; "
-            graphs = "['hotloop-graphs', 'hotloop-step-graph']"  # the CUDA-graph variants, for the launch-bound mlp
-            variants = "None" if workload == "gpt2" else f"DEFAULT_VARIANTS + {graphs}"
-            code = "from hotloop.benchmarks.variants import DEFAULT_VARIANTS; " + code
+            # with the opt-in CUDA-graph variants for the launch-bound mlp
+            variants = "None" if workload == "gpt2" else "DEFAULT_VARIANTS + list(CUDA_GRAPH_VARIANTS)"
+            code = "from hotloop.benchmarks.variants import CUDA_GRAPH_VARIANTS, DEFAULT_VARIANTS; " + code
             code += f"run_bench({workload!r}, 'cuda', {variants}, rounds={rounds}, json_path={str(path)!r})"
             proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True)
             got = json.loads(path.read_text()) if proc.returncode == 0 and path.exists() else None
@@ -78,7 +80,7 @@ def run_benches(out: Path | None, quick: bool = False) -> list[dict[str, Any]]:
             parts.append(f"MFU {h['mfu']:.1%}")
         if "lightning" in by and h:
             parts.append(f"{h['steps_per_s'] / by['lightning']['steps_per_s']:.2f}x lightning")
-        for v in ("hotloop-graphs", "hotloop-step-graph"):
+        for v in CUDA_GRAPH_VARIANTS:  # their rows, when the bench ran them
             if v in by and "lightning" in by:
                 g = by[v]["steps_per_s"]
                 parts.append(f"{v} {g} steps/s, {g / by['lightning']['steps_per_s']:.2f}x lightning")

@@ -152,24 +152,35 @@ def test_distill_recipe_with_cached_logits_has_no_sync_between_boundaries(tmp_pa
     record_property("figure", f"0 syncs in {guard.checked_steps} checked steps, 0 teacher forwards in training")
 
 
-def test_resume_tensor_source_is_bit_exact(tmp_path, record_property):
+def killed_after(run_dir: Path, into: Path, step: int) -> None:
+    """`into`: a copy of the finished run `run_dir` as if killed after its checkpoint at `step`."""
+    shutil.copytree(run_dir, into)
+    for f in ckpt_io.committed(into):
+        if f.step > step:
+            ckpt_io._manifest_path(f.path).unlink()
+            f.path.unlink()
+
+
+def resumed_weight_diff(tmp_path: Path, **kw) -> float:
+    """A 40-step deterministic run killed at step 20 and resumed, against the uninterrupted one: the largest
+    weight difference."""
     x, y = regression_data(4096)
 
-    def run(run_dir, **kw):
+    def run(run_dir, **more):
         torch.manual_seed(0)
         t = Trainer(Regressor(dropout=0.1), _cfg(run_dir, max_steps=40, ckpt_every=10, keep_last=5,
-                                                 deterministic=True, **kw))  # fmt: skip
+                                                 deterministic=True, **kw, **more))  # fmt: skip
         t.fit((x, y))
         return t
 
     full = run(tmp_path / "full")
-    shutil.copytree(tmp_path / "full", tmp_path / "res")
-    for f in ckpt_io.committed(tmp_path / "res"):
-        if f.step > 20:
-            ckpt_io._manifest_path(f.path).unlink()
-            f.path.unlink()
+    killed_after(tmp_path / "full", tmp_path / "res", 20)
     res = run(tmp_path / "res", resume="auto")
-    diff = max((a - b).abs().max().item() for a, b in zip(full.model.parameters(), res.model.parameters(), strict=True))
+    return max((a - b).abs().max().item() for a, b in zip(full.model.parameters(), res.model.parameters(), strict=True))
+
+
+def test_resume_tensor_source_is_bit_exact(tmp_path, record_property):
+    diff = resumed_weight_diff(tmp_path)
     record_property("figure", f"max weight diff {diff:.1e}")
     assert diff == 0.0
 
@@ -183,11 +194,7 @@ def test_resume_gpt_recipe_is_bit_exact(tmp_path, record_property):
         subprocess.run(cmd, check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
 
     fit(tmp_path / "full")
-    shutil.copytree(tmp_path / "full", tmp_path / "res")
-    for f in ckpt_io.committed(tmp_path / "res"):
-        if f.step > 10:
-            ckpt_io._manifest_path(f.path).unlink()
-            f.path.unlink()
+    killed_after(tmp_path / "full", tmp_path / "res", 10)
     fit(tmp_path / "res", "resume=auto")
     a = ckpt_io.load_checkpoint(tmp_path / "full")["model"]
     b = ckpt_io.load_checkpoint(tmp_path / "res")["model"]

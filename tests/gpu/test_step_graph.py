@@ -3,18 +3,15 @@ step, never syncs between boundaries, re-captures after the optimizer's state is
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
 from hotloop import Callback, Trainer
-from hotloop import checkpoint as ckpt_io
 
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from tests.gpu.test_capabilities import SyncErrors, _cfg  # noqa: E402
+from tests.gpu.test_capabilities import SyncErrors, _cfg, resumed_weight_diff  # noqa: E402
 from tests.unit.helpers import Regressor, regression_data  # noqa: E402
 
 
@@ -92,23 +89,7 @@ def test_step_graph_recaptures_after_the_optimizer_state_is_replaced(tmp_path, r
 
 def test_step_graph_resume(tmp_path, record_property):
     """Killed at step 20 and resumed (its warm-up and capture happen again) against the uninterrupted run."""
-    x, y = regression_data(4096)
-
-    def run(run_dir, **kw):
-        torch.manual_seed(0)
-        t = Trainer(Regressor(dropout=0.1), _cfg(run_dir, max_steps=40, ckpt_every=10, keep_last=5,
-                                                 deterministic=True, cuda_graph="step", **kw))  # fmt: skip
-        t.fit((x, y))
-        return t
-
-    full = run(tmp_path / "full")
-    shutil.copytree(tmp_path / "full", tmp_path / "res")
-    for f in ckpt_io.committed(tmp_path / "res"):
-        if f.step > 20:
-            ckpt_io._manifest_path(f.path).unlink()
-            f.path.unlink()
-    res = run(tmp_path / "res", resume="auto")
-    diff = _max_diff(full, res)
+    diff = resumed_weight_diff(tmp_path, cuda_graph="step")
     record_property("figure", f"max weight diff {diff:.1e}")
     assert diff < 1e-6
 

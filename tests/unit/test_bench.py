@@ -70,3 +70,11 @@ def test_overhead_probe_counts_ops():
 
     assert ops_per_step(LOOPS["bare"], steps=20) == pytest.approx(21, abs=1)
     assert ops_per_step(LOOPS["hotloop"], steps=20) <= 40  # the host-cost target of issue 13
+
+
+@pytest.mark.parametrize("variant", ["hotloop-graphs", "hotloop-step-graph"])
+def test_cuda_graph_variants_are_refused_off_cuda_before_any_variant_runs(variant):
+    from hotloop.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"`{variant}` .*needs --device cuda"):
+        run_bench("mlp", "cpu", ["plain", variant], rounds=1, steps=5)

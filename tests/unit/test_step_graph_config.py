@@ -36,14 +36,14 @@ def test_check_refuses_a_non_fused_optimizer_and_torchrun():
     cuda = torch.device("cuda")  # only the device's type is looked at: no GPU needed
     fused = torch.optim.AdamW(Regressor().parameters(), fused=True)
     plain = torch.optim.AdamW(Regressor().parameters(), foreach=True)
-    graphs.check("step", cuda, "bf16", "default", False, fused)  # accepted
-    graphs.check("off", torch.device("cpu"), "fp16", "reduce-overhead", True, plain)  # off: nothing to check
+    graphs.check("step", cuda, "bf16", False, fused)  # accepted
+    graphs.check("off", torch.device("cpu"), "fp16", True, plain)  # off: nothing to check
     with pytest.raises(ConfigError, match="fused=True"):
-        graphs.check("step", cuda, "bf16", None, False, plain)
+        graphs.check("step", cuda, "bf16", False, plain)
     with pytest.raises(ConfigError, match="torchrun"):
-        graphs.check("step", cuda, "bf16", None, True, fused)
+        graphs.check("step", cuda, "bf16", True, fused)
     with pytest.raises(ConfigError, match="precision=bf16"):
-        graphs.check("step", cuda, "fp16", None, False, fused)
+        graphs.check("step", cuda, "fp16", False, fused)
 
 
 def test_cpu_training_is_unchanged_with_cuda_graph_off(tmp_path):
