@@ -23,6 +23,12 @@ import torch
 from hotloop.errors import ConfigError
 
 
+def _flag(x: torch.Tensor) -> torch.Tensor:
+    """1.0 where the 0-dim `x` is inf/NaN, else (-)0.0, as float32 (the dtype the fused optimizers read)."""
+    flag = torch.nan_to_num(x * 0.0, nan=1.0)
+    return flag if flag.dtype == torch.float32 else flag.float()
+
+
 class Precision:
     """fp32: no autocast, no scaling. Subclasses override the hooks they need.
 
@@ -56,10 +62,11 @@ class Precision:
     def found_inf(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
         """On-device float flag: 1.0 when the loss or any gradient is inf/NaN (the norm is then inf/NaN too).
 
-        `x - x` is 0 for a finite x and NaN otherwise: three ops, where two `isfinite` calls and their
-        logic took eleven."""
-        s = loss + norm  # the step calls this under no_grad: no detach needed
-        return torch.isnan(s - s).float()
+        `x * 0` is (-)0 for a finite x and NaN otherwise, and `nan_to_num` turns that NaN into 1.0 in the
+        same float dtype: three kernels (add, mul, nan_to_num), where `isnan(x - x).float()` took four and
+        two `isfinite` calls and their logic eleven. -0.0 reads as "not bad" everywhere the flag is used
+        (the fused kernels test `== 1`, the step counters subtract it, the skip counter sums it)."""
+        return _flag(loss + norm)  # the step calls this under no_grad: no detach needed
 
     def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
         """`optimizer.step()`, with no effect where `found_inf` is 1 (never read on the host)."""
@@ -125,7 +132,7 @@ class FP16(Precision):
         self.scaler.unscale_(optimizer)
 
     def found_inf(self, loss: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
-        return torch.isnan(loss - loss).float()  # under no_grad (see the step)
+        return _flag(loss)  # under no_grad (see the step); the scaler checks the gradients itself
 
     def step(self, optimizer: torch.optim.Optimizer, found_inf: torch.Tensor) -> None:
         self.scaler.step(optimizer)  # skips inf/NaN gradients (inside the kernel for fused optimizers)
