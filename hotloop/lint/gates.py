@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.kinds import assigned_values, dotted, method_name
+from hotloop.lint.syntax import assigned_values, dotted, method_name
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, dotted, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, dotted, target_names, walk_local
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -31,8 +31,9 @@ MOVER = re.compile(r"device|move|cuda|transfer|prefetch", re.I)  # HL012 only fr
 # every time in the labelled set).
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 NOT_A_STEP = re.compile(r"generat|predict|infer|evaluat|eval$|test|valid|decode|render|^act$|action", re.I)
+ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
 LEVELS_UP = 4
-_EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str, bool]]] = {}  # (file, mtime, name, cuda)
+_EFFECTS: dict[tuple[str, float, str, bool], list[tuple[str, int, str, bool, bool]]] = {}  # (file, mtime, name, cuda)
 _MODULES: dict[tuple[str, float], ModuleInfo | None] = {}
 _RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
 _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
@@ -154,6 +155,13 @@ class Project:
         return target if target is not None and target[1][:1].isupper() else None
 
 
+def _not_a_step(name: str) -> bool:
+    """A function or method whose name says it is not a training step (`decode`, `evaluate`); a class's
+    instance runs its `forward`, whatever the class is called (`DecoderWithAttention`)."""
+    last = name.rpartition(".")[2]
+    return not ("." not in name and last[:1].isupper()) and bool(NOT_A_STEP.search(last))
+
+
 def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
     """Calls, in loops not yet known to train, of a project helper that takes a training step itself (runs
     backward or steps an optimizer, with no loop over data of its own): an RL script's `policy.train(buffer)`
@@ -166,7 +174,7 @@ def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
         if loop is None or loop in mi.hot_loops:
             continue
         target = Project.of(mi).callee(c)
-        if target is None or NOT_A_STEP.search(target[1].rpartition(".")[2]):
+        if target is None or _not_a_step(target[1]):
             continue
         file, name = _defining(*target)
         helper = _module(file, file.stat().st_mtime)
@@ -238,6 +246,33 @@ def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
     return any(isinstance(t, ast.Attribute) and dotted(t).startswith("self.") for t in tests)
 
 
+def _once(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if key not in cache:` / `if self.buf is None:`: built on the first call and kept (HiFi-GAN's
+    `mel_basis`), not every step."""
+    return any(isinstance(t, ast.Compare) and any(isinstance(o, (ast.NotIn, ast.Is)) for o in t.ops)
+               for t in _if_tests(mi, node))  # fmt: skip
+
+
+def _assigned_to(mi: ModuleInfo, node: ast.AST) -> set[str]:
+    """The names `node`'s value is assigned to (`x_reduce = torch.tensor(x).cuda()`)."""
+    parent = mi.parent.get(node)
+    return {x for t in parent.targets for x in target_names(t)} if isinstance(parent, ast.Assign) else set()
+
+
+def _base(e: ast.AST) -> str:
+    """The name a chain of methods, attributes and indexes starts from: `x_reduce` of `x_reduce.sum().item()`
+    (not `state` of `self.actor(state).cpu()`: that reads the actor's output)."""
+    while isinstance(e, (ast.Call, ast.Attribute, ast.Subscript)):
+        e = e.func if isinstance(e, ast.Call) else e.value
+    return e.id if isinstance(e, ast.Name) else ""
+
+
+def _empty(c: ast.AST) -> bool:
+    """`torch.empty(0).to(x.device)`: nothing to copy."""
+    recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
+    return isinstance(recv, ast.Call) and recv.args[:1] != [] and ast.unparse(recv.args[0]) in ("0", "(0,)")
+
+
 @contextmanager
 def _called(file: Path, name: str, every_step: bool, device_code: bool = False) -> Iterator[tuple[ModuleInfo, list]]:
     """The helper `name` of `file` (followed through re-exports) as a call from the linted script makes it:
@@ -266,15 +301,24 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.device_code, mi.hot_functions, mi.train_functions = saved  # the next name starts from the file as is
 
 
-def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str, bool]]:
-    """(code, line, message, only if given a tensor) of each read that calling `name` every step adds inside
-    `file`."""
+def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, str, bool, bool]]:
+    """(code, line, message, only if given a tensor, copies host-made data) of each read that calling `name`
+    every step adds inside `file`."""
+    from hotloop.lint.checks import Checker
+
     key = (str(file), file.stat().st_mtime, name, device_code)
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
-            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node)) for h in hits
-                             if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
-                             and not _switched(mi, h.node)]  # fmt: skip
+            kept = [h for h in hits if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
+                    and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)]  # fmt: skip
+            host = Checker(mi).host_built if any(h.code == "HL012" for h in kept) else None
+            made = {id(h): host is not None and h.code == "HL012" and isinstance(h.node, ast.Call) and host(h.node)
+                    for h in kept}  # fmt: skip
+            # A helper that reads back what it copied (`r = torch.tensor(x).cuda()`, all_reduce, `r.item()`)
+            # waits for the device anyway: its read is the finding, not the copy.
+            read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node), made[id(h)]) for h in kept
+                             if not (made[id(h)] and _assigned_to(mi, h.node) & read)]  # fmt: skip
     return _EFFECTS[key]
 
 
@@ -284,8 +328,8 @@ def saves_in(file: Path, name: str) -> list[tuple[int, str]]:
     key = (str(file), file.stat().st_mtime, name, "saves")
     if key not in _EFFECTS:
         with _called(file, name, every_step=False) as (_, hits):
-            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False) for h in hits if h.code == "HL021"]
-    return [(line, message) for _, line, message, _ in _EFFECTS[key]]
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False) for h in hits if h.code == "HL021"]
+    return [(line, message) for _, line, message, *_ in _EFFECTS[key]]
 
 
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
@@ -337,13 +381,25 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
 def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
     """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
     `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows."""
-    args = [*c.args, *(k.value for k in c.keywords)]
     fn = mi.enclosing_function(c)
-    texts = [ast.unparse(a) for a in args if not isinstance(a, ast.Constant)]
-    for a in args:
-        if isinstance(a, ast.Name):
-            texts += [ast.unparse(v) for v in assigned_values(a.id, walk_local(fn))]
+    exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
+    texts = [ast.unparse(a) for a in exprs if not isinstance(a, ast.Constant)]
+    for _ in range(2):  # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
+        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        exprs = [v for name in names for v in assigned_values(name, walk_local(fn))]
+        texts += [ast.unparse(v) for v in exprs]
     return any(re.search(r"epoch|step|iter", t, re.I) for t in texts)
+
+
+def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`model.save(path); break` (or `return`): the final save on the way out of the loop, made once."""
+    stmt: ast.AST | None = c
+    while stmt is not None and not isinstance(stmt, ast.stmt):
+        stmt = mi.parent.get(stmt)
+    block = next((b for f in ("body", "orelse") if isinstance(b := getattr(mi.parent.get(stmt), f, None), list)
+                  and stmt in b), None)  # fmt: skip
+    after = block[block.index(stmt) + 1 :] if block is not None else []
+    return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
 
 
 def _where(project: Project, file: Path) -> str:
@@ -380,7 +436,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
         if (isinstance(c, ast.Call) and mi.in_training_loop(c) and (c.lineno, "HL021") not in seen
                 and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
             # An epoch or step in the call may name the file inside the helper, several names deep: no claim then.
-            for line, message in saves_in(*target)[:1] if not _varying_args(mi, c) else []:
+            for line, message in saves_in(*target)[:1] if not (_varying_args(mi, c) or _then_leaves(mi, c)) else []:
                 seen.add((c.lineno, "HL021"))
                 where = _where(project, _defining(*target)[0])
                 out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
@@ -392,12 +448,15 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
         if target is None:
             continue
         file, name = target
-        if NOT_A_STEP.search(name.rpartition(".")[2]):
+        acts = _not_a_step(name)
+        if acts and not ACTS.search(name.rpartition(".")[2]):
             continue
-        where = _where(project, file)
+        where = _where(project, _defining(file, name)[0])
         given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
-        for code, line, message, if_tensor in effects(file, name, mi.device_code):
-            if (c.lineno, code) in seen or code == "HL012" and not MOVER.search(name):
+        for code, line, message, if_tensor, host_made in effects(file, name, mi.device_code):
+            if (c.lineno, code) in seen or code == "HL012" and not (MOVER.search(name) or host_made):
+                continue
+            if acts and not host_made:  # an agent's `select_action`: its reads are its job, its copies are not
                 continue
             if if_tensor and code != "HL012":  # a mover's `isinstance` test walks a batch's containers instead
                 if given is None:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from hotloop.lint.syntax import assigned_values, constructed, dotted, method_name, target_names  # noqa: F401
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
@@ -68,57 +68,6 @@ class FunctionInfo:
         if name in self.tensors:
             return True
         return name not in self.scalars and bool(TENSOR_NAME.search(name))
-
-
-def dotted(node: ast.AST) -> str:
-    """`torch.nn.functional.relu` for an Attribute/Name chain, else ''."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
-def method_name(call: ast.Call) -> str:
-    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
-
-
-def target_names(t: ast.expr) -> list[str]:
-    if isinstance(t, ast.Name):
-        return [t.id]
-    if isinstance(t, (ast.Tuple, ast.List)):
-        return [n for e in t.elts for n in target_names(e)]
-    if isinstance(t, ast.Starred):
-        return target_names(t.value)
-    return []
-
-
-def assigned_values(name: str, nodes: Iterable[ast.AST], annotated: bool = False) -> list[ast.expr]:
-    """The values the assignments among `nodes` give `name` (`x = v`, and `x, y = v` gives v;
-    with `annotated`, `x: T = v` too), in the order of `nodes`."""
-    out = []
-    for n in nodes:
-        if isinstance(n, ast.Assign):
-            targets: list[ast.expr] = n.targets
-        elif annotated and isinstance(n, ast.AnnAssign) and n.value is not None:
-            targets = [n.target]
-        else:
-            continue
-        if any(name in target_names(t) for t in targets):
-            out.append(n.value)  # type: ignore[arg-type]
-    return out
-
-
-def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) -> dict[str, Any]:
-    """`x = Cls(...)`, `self.x = Cls(...)`: each name with what `resolve` makes of its first construction."""
-    out: dict[str, Any] = {}
-    for n in nodes:
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (made := resolve(n.value)) is not None:
-            out.update((dotted(t), made) for t in n.targets if dotted(t) and dotted(t) not in out)
-    return out
 
 
 class KindModel:

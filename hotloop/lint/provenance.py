@@ -46,6 +46,16 @@ class HostProvenance:
 
     HOST_FACTORIES = {"from_numpy", "from_file", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
                       "randint", "randperm", "rand", "randn", "frombuffer", "linspace"}  # fmt: skip
+    LEGACY = {
+        "Tensor",
+        "FloatTensor",
+        "LongTensor",
+        "IntTensor",
+        "ByteTensor",
+        "BoolTensor",
+        "DoubleTensor",
+        "HalfTensor",
+    }  # `torch.LongTensor(range(n))`: on the host unless a CUDA default tensor type is set
     HOST_KEEPING = {"pin_memory", "cpu", "numpy", "clone", "view", "reshape", "contiguous", "long", "int", "float",
                     "flatten", "squeeze", "unsqueeze", "sum", "max", "min", "mean", "nonzero", "tolist", "cumsum",
                     "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge"}  # fmt: skip
@@ -87,6 +97,8 @@ class HostProvenance:
             if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:
                 device = _kw(e, "device")
                 return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
+            if name.count(".") == 1 and name[6:] in self.LEGACY:
+                return "set_default_tensor_type" not in self.mi.source
             if meth in ("pin_memory", "cpu", "numpy"):
                 return True
             if re.search(r"(^|_|2)(cpu|numpy|np)$", name.split(".")[-1]) and not meth:  # `to_cpu(loss)` helpers
@@ -103,6 +115,13 @@ class HostProvenance:
                 items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
                 return all(self._host(x, depth + 1) for x in items)
         return False
+
+    def host_built(self, c: ast.Call) -> bool:
+        """The tensor this `.to(device)`/`.cuda()` moves was made on the host just before, in this function
+        (`torch.LongTensor(range(n)).to(y.device)`, `torch.zeros(b, t).to(device)`): a copy every call, which
+        the tensor made on the device (`torch.arange(n, device=...)`) would avoid."""
+        recv = c.func.value if isinstance(c.func, ast.Attribute) else None
+        return recv is not None and not isinstance(recv, ast.Constant) and self._host(recv)
 
     def blocking_copy_in(self, c: ast.Call) -> bool:
         """`im_data.data.resize_(data[0].size()).copy_(data[0])` (Faster R-CNN's loop): a batch from the loader

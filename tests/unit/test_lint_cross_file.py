@@ -301,3 +301,128 @@ def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_pa
     }
     assert "agent.py" in found[(at["policy.save"], "HL021")]
     assert (at["save_checkpoint("], "HL021") not in found and (at["model_export(net"], "HL021") not in found
+
+
+MODELS = """
+import numpy as np
+import torch
+from torch import nn
+
+mel_basis = {}
+
+
+class DecoderWithAttention(nn.Module):
+    def forward(self, x, n):
+        preds = torch.zeros(x.size(0), n).to(x.device)
+        return self.lin(x) + preds
+
+
+class Discriminator(nn.Module):
+    def forward(self, x, y):
+        idx = torch.LongTensor(range(y.size(0))).to(y.device)
+        keep = torch.empty(0).to(x.device)
+        return self.main(x)[idx, y], keep
+
+
+def mel(y, fmax):
+    if fmax not in mel_basis:
+        mel_basis[fmax] = torch.from_numpy(np.ones((80, 513))).float().to(y.device)
+    return mel_basis[fmax] @ y
+
+
+def all_reduce_mean(x):
+    reduced = torch.tensor(x).cuda()
+    return reduced.item()
+
+
+class Agent:
+    def __init__(self, actor):
+        self.actor = actor
+
+    def select_action(self, state):
+        state = torch.FloatTensor(state.reshape(1, -1)).to("cuda")
+        return self.actor(state).cpu().numpy()
+"""
+
+MODEL_SCRIPT = """
+import torch
+from models import DecoderWithAttention, Discriminator, mel, all_reduce_mean, Agent
+
+def main(actor, env, loader, opt):
+    decoder = DecoderWithAttention().cuda()
+    disc = Discriminator().cuda()
+    agent = Agent(actor)
+    state = env.reset()
+    for x, y in loader:
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        out = decoder(x, 10)
+        d_out = disc(out, y)
+        spec = mel(out, 8000)
+        loss = out.mean() + spec.mean() + d_out[0].mean()
+        loss.backward()
+        opt.step()
+        value = all_reduce_mean(1.5)
+        action = agent.select_action(state)
+        state = env.step(action)
+"""
+
+
+def test_host_made_tensors_copied_inside_model_and_loss_code_are_reported_at_the_call(tmp_path):
+    """A module's `forward` in another file that builds a tensor on the host and copies it to the device
+    (`torch.LongTensor(range(n)).to(y.device)`, `torch.zeros(...).to(device)`) blocks every step: HL012 at
+    the call, whatever the helper or its class is called (`DecoderWithAttention` is no decoding loop), and in
+    an agent's `select_action` too (its `.cpu()` read of the action stays its job). Not reported: a tensor
+    cached on first use (`if key not in cache:`), a zero-size `torch.empty(0)`, and a copy whose value the
+    helper reads back at once (`reduced.item()`: that read, not the copy, is what waits)."""
+    (tmp_path / "models.py").write_text(textwrap.dedent(MODELS))
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(MODEL_SCRIPT))
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    assert "models.py:11" in found[(at("out = decoder("), "HL012")]
+    assert "models.py:17" in found[(at("d_out = disc("), "HL012")]  # the LongTensor, not the empty(0)
+    assert "models.py" in found[(at("action = agent.select_action"), "HL012")]
+    assert (at("action = agent.select_action"), "HL007") not in found
+    assert (at("spec = mel("), "HL012") not in found
+    assert (at("value = all_reduce_mean"), "HL012") not in found
+    assert (at("value = all_reduce_mean"), "HL001") in found
+
+
+def test_a_final_save_and_a_backup_named_by_the_step_two_assignments_back_are_not_in_place(tmp_path):
+    """Tacotron's `model.save(weights, opt); break` (once, on the way out) and `backup = f"syn_{k:06d}.pt"`
+    with `k = step // 1000` (a new file per backup) make no HL021 claim; the periodic save over the same
+    file does. `Tacotron(...).cuda()` is an instance of the project class like `Tacotron(...)`."""
+    (tmp_path / "tacotron.py").write_text(
+        "import torch\n\nclass Tacotron(torch.nn.Module):\n"
+        "    def save(self, path, optimizer=None):\n        torch.save({'model': self.state_dict()}, path)\n"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from tacotron import Tacotron
+
+        def train(loader, opt, weights, sessions):
+            model = Tacotron().cuda()
+            for session in sessions:
+                if session.done:
+                    model.save(weights, opt)
+                    break
+                for step, x in enumerate(loader):
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                    k = step // 1000
+                    if step % 500 == 0:
+                        backup = f"synthesizer_{k:06d}.pt"
+                        model.save(backup, opt)
+                    if step % 100 == 0:
+                        model.save(weights, opt)
+    """)
+    )
+    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    saves = [i + 1 for i, t in enumerate(script.read_text().splitlines()) if "model.save(" in t]
+    assert [(line, "HL021") in found for line in saves] == [False, False, True]

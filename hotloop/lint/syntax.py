@@ -1,0 +1,69 @@
+"""How the linted code spells things: dotted names, method names, assignment targets and the values names
+are given, and the instances `x = Cls(...)` makes. Shared by the type model (`kinds.py`), the module's
+call graph (`analysis.py`), gates and the cross-file pass."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+from typing import Any
+
+
+def dotted(node: ast.AST) -> str:
+    """`torch.nn.functional.relu` for an Attribute/Name chain, else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def method_name(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def target_names(t: ast.expr) -> list[str]:
+    if isinstance(t, ast.Name):
+        return [t.id]
+    if isinstance(t, (ast.Tuple, ast.List)):
+        return [n for e in t.elts for n in target_names(e)]
+    if isinstance(t, ast.Starred):
+        return target_names(t.value)
+    return []
+
+
+def assigned_values(name: str, nodes: Iterable[ast.AST], annotated: bool = False) -> list[ast.expr]:
+    """The values the assignments among `nodes` give `name` (`x = v`, and `x, y = v` gives v;
+    with `annotated`, `x: T = v` too), in the order of `nodes`."""
+    out = []
+    for n in nodes:
+        if isinstance(n, ast.Assign):
+            targets: list[ast.expr] = n.targets
+        elif annotated and isinstance(n, ast.AnnAssign) and n.value is not None:
+            targets = [n.target]
+        else:
+            continue
+        if any(name in target_names(t) for t in targets):
+            out.append(n.value)  # type: ignore[arg-type]
+    return out
+
+
+def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) -> dict[str, Any]:
+    """`x = Cls(...)`, `self.x = Cls(...)`: each name with what `resolve` makes of its first construction."""
+    out: dict[str, Any] = {}
+    for n in nodes:
+        if not isinstance(n, ast.Assign):
+            continue
+        value = n.value  # `Cls(...).cuda()`, `Cls(...).to(device).train()`: a module's moves return the module
+        while isinstance(value, ast.Call) and method_name(value) in _RETURNS_SELF and isinstance(
+                value.func.value, ast.Call):  # type: ignore[attr-defined]  # fmt: skip
+            value = value.func.value  # type: ignore[attr-defined]
+        if isinstance(value, ast.Call) and (made := resolve(value)) is not None:
+            out.update((dotted(t), made) for t in n.targets if dotted(t) and dotted(t) not in out)
+    return out
+
+
+_RETURNS_SELF = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
