@@ -366,14 +366,16 @@ class ModuleInfo(KindModel, GateModel):
                         self.train_functions.add(fn)
                         changed = True
 
-    def mark_steps(self, calls: list[ast.Call]) -> None:
+    def mark_steps(self, calls: list[ast.Call], epochs: bool = False) -> None:
         """Calls found (in another file) to take a training step - `policy.train(buffer)`, `agent.update(
-        rollouts)` - make their loops hot, as a backward or an optimizer step in them would."""
+        rollouts)` - make their loops hot, as a backward or an optimizer step in them would; calls found to
+        run a training loop (`epochs`) make theirs training loops, as a same-file epoch function's do."""
         for node in calls:
             loop = self.enclosing_loop(node)
             if loop is None or loop in self.hot_loops:
                 continue
-            self.hot_loops.add(loop)
+            if not epochs:
+                self.hot_loops.add(loop)
             while loop is not None:
                 self.train_loops.add(loop)
                 loop = self.enclosing_loop(loop)

@@ -491,9 +491,9 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     looping over strings is not an evaluation loop)."""
     if not TORCH_CODE.search(mi.source):
         return
-    steps = remote_steps(mi)
-    if steps:
-        mi.mark_steps(steps)
+    for epochs in (False, True):
+        if steps := remote_steps(mi, epochs):
+            mi.mark_steps(steps, epochs)
     hits = Checker(mi).run()
     yield from hits
     for code, call, message in cross_file_hits(mi, {(h.node.lineno, h.code) for h in hits}):

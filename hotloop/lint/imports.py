@@ -162,13 +162,14 @@ def _not_a_step(name: str) -> bool:
     return not ("." not in name and last[:1].isupper()) and bool(NOT_A_STEP.search(last))
 
 
-def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
+def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
     """Calls, in loops not yet known to train, of a project helper that takes a training step itself (runs
     backward or steps an optimizer, with no loop over data of its own): an RL script's `policy.train(buffer)`
-    or `agent.update(rollouts)`, a GAN's `model.optimize_parameters()`."""
+    or `agent.update(rollouts)`, a GAN's `model.optimize_parameters()`. With `epochs`: of a helper that holds
+    a training loop (`from helper.loops import train_distill as train` called once per epoch)."""
     out: list[ast.Call] = []
     for c in mi.nodes:
-        if not isinstance(c, ast.Call) or not isinstance(c.func, ast.Attribute) or mi.in_hot(c):
+        if not isinstance(c, ast.Call) or not (epochs or isinstance(c.func, ast.Attribute)) or mi.in_hot(c):
             continue
         loop = mi.enclosing_loop(c)
         if loop is None or loop in mi.hot_loops:
@@ -178,7 +179,13 @@ def remote_steps(mi: ModuleInfo) -> list[ast.Call]:
             continue
         file, name = _defining(*target)
         helper = _module(file, file.stat().st_mtime)
-        if helper is not None and name.rpartition(".")[2] in helper.step_functions:
+        if helper is None:
+            continue
+        if epochs:
+            fn = _find(helper.tree, name)
+            if fn is not None and any(helper.enclosing_function(loop) is fn for loop in helper.hot_loops):
+                out.append(c)
+        elif name.rpartition(".")[2] in helper.step_functions:
             out.append(c)
     return out
 

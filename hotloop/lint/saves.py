@@ -15,6 +15,9 @@ from collections.abc import Callable
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
 from hotloop.lint.structure import kw
 
+PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema|actor|critic|"
+                     r"policy|agent", re.I)  # fmt: skip
+
 
 class SaveChecks:
     mi: ModuleInfo
@@ -48,8 +51,7 @@ class SaveChecks:
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
             text += " ".join(ast.unparse(v) for v in assigned_values(c.args[0].id, walk_local(fn)))
-        return bool(re.search(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema", text,
-                              re.I))  # fmt: skip
+        return bool(PAYLOAD.search(text))
 
     def _reloaded(self, c: ast.Call) -> bool:
         """`torch.save({"queue": q}, queue_path)` where the same file also `torch.load(queue_path)`s it."""

@@ -426,3 +426,45 @@ def test_a_final_save_and_a_backup_named_by_the_step_two_assignments_back_are_no
     found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
     saves = [i + 1 for i, t in enumerate(script.read_text().splitlines()) if "model.save(" in t]
     assert [(line, "HL021") in found for line in saves] == [False, False, True]
+
+
+def test_an_epoch_loop_calling_a_project_training_function_is_a_training_loop(tmp_path):
+    """`from helper.loops import train_distill as train`, called once per epoch: its loop over the data runs
+    backward and steps, so the epoch loop around the call is a training loop, and saving the best model
+    over the same file from it is HL021 (RepDistiller); the per-epoch file named by the epoch is not."""
+    (tmp_path / "helper").mkdir()
+    (tmp_path / "helper" / "loops.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        def train_distill(epoch, loader, model, opt):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """)
+    )
+    script = tmp_path / "train_student.py"
+    script.write_text(
+        textwrap.dedent("""
+        import os
+        import torch
+        from helper.loops import train_distill as train
+
+        def main(model, loader, opt, opt_cfg):
+            best = 0.0
+            for epoch in range(1, opt_cfg.epochs + 1):
+                train(epoch, loader, model, opt)
+                acc = opt_cfg.evaluate(model)
+                if acc > best:
+                    best = acc
+                    save_file = os.path.join(opt_cfg.save_folder, "{}_best.pth".format(opt_cfg.model))
+                    torch.save({"model": model.state_dict()}, save_file)
+                if epoch % opt_cfg.save_freq == 0:
+                    torch.save({"model": model.state_dict()}, "ckpt_epoch_{}.pth".format(epoch))
+    """)
+    )
+    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    saves = [i + 1 for i, t in enumerate(script.read_text().splitlines()) if "torch.save(" in t]
+    assert [(line, "HL021") in found for line in saves] == [True, False]

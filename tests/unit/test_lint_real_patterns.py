@@ -1002,6 +1002,21 @@ REPORTED = {
             return train
         """,
     ),
+    "an RL script saving its actor-critic over the same file every save interval (HL021)": (
+        "HL021",
+        """
+        import os
+        def main(actor_critic, agent, rollouts, args, num_updates):
+            actor_critic.cuda()
+            for j in range(num_updates):
+                loss = actor_critic(rollouts).mean()
+                loss.backward()
+                agent.optimizer.step()
+                if j % args.save_interval == 0:
+                    save_path = os.path.join(args.save_dir, args.algo)
+                    torch.save([actor_critic, None], os.path.join(save_path, args.env_name + ".pt"))
+        """,
+    ),
     "math.isnan of a device grad norm every step (HL001)": (
         "HL001",
         """
