@@ -40,6 +40,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     method_name,
     target_names,
 )
+from hotloop.lint.syntax import walk_local  # noqa: F401 (re-exported)
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
@@ -101,6 +102,8 @@ class ModuleInfo(KindModel, GateModel):
                 target = self.local_target(n)
                 if not target and isinstance(n.func, ast.Attribute) and dotted(n.func.value) in self.instances:
                     target = n.func.attr  # `agent.learn(x)`: a call site of `Agent.learn`, for its parameters' kinds
+                elif dotted(n.func) in self.instances:
+                    target = "forward"  # `criterion(pred, y)` calls `Yolo_loss.forward`
                 if target:
                     self.calls_to.setdefault(target, []).append(n)
         self._kinds_init()
@@ -432,8 +435,12 @@ class ModuleInfo(KindModel, GateModel):
         with `obj = Cls(...)` in this file, `Cls.f`."""
         if isinstance(call.func, ast.Attribute) and (cls := self.instances.get(dotted(call.func.value))) is not None:
             return self._methods(cls, call.func.attr)
+        if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward
+            return self._methods(cls, "forward") or self._methods(cls, "__call__")
         found = self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
-        if len(found) > 1 and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self":
+        if isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls"):
+            # a method, never a module-level function (`self.main(x)` of an nn.Sequential is not `def main()`)
+            found = [f for f in found if isinstance(self.parent.get(f), ast.ClassDef)]
             cls = self.parent.get(self.enclosing_function(call))
             own = [f for f in found if self.parent.get(f) is cls]
             return own or found
@@ -485,13 +492,3 @@ class ModuleInfo(KindModel, GateModel):
 
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]
-
-
-def walk_local(node: ast.AST):
-    """ast.walk that does not enter nested function or class definitions (nor lambdas)."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        n = stack.pop()
-        yield n
-        if not isinstance(n, (*FUNCS, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(n))

@@ -20,6 +20,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
+from hotloop.lint.branches import BranchChecks, is_test
 from hotloop.lint.imports import cross_file_hits, remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.provenance import HostProvenance
@@ -63,7 +64,7 @@ def _is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
+class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []
@@ -131,7 +132,8 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
             if meth == "item" and not c.args and self.kind(c.func.value) != "scalar":  # type: ignore[attr-defined]
                 self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
-                self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
+                if not (name == "bool" and is_test(self.mi, c)):  # `if bool(loss == 0):` is a branch: HL005
+                    self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
             elif name.startswith("math.") and c.args and self.tensor(c.args[0]) and not self._comp_bound(c.args[0]):
                 self.add("HL001", c, f"`{_src(c)}` converts a tensor to a Python float: a host read every step")
             if LOG_FUNCS.match(raw):
@@ -162,7 +164,11 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
                 repeats = c.args[1] if name == "torch.repeat_interleave" and len(c.args) > 1 else (
                     c.args[0] if meth == "repeat_interleave" and name != "torch.repeat_interleave" and c.args else None
                 )  # fmt: skip
-                if _kw(c, "output_size") is None and not (isinstance(repeats, ast.Constant)):
+                if (
+                    _kw(c, "output_size") is None
+                    and not isinstance(repeats, ast.Constant)
+                    and not (repeats is not None and self.kind(repeats) == "scalar")
+                ):  # `x.size()[1]`: a Python int
                     self.add("HL022", c, "`repeat_interleave` with tensor repeats and no `output_size`: a sync")
             if name == "torch.where" and len(c.args) == 1 and not c.keywords:
                 self.add("HL022", c, "one-argument `torch.where` has a data-dependent size: a sync")
@@ -369,25 +375,6 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
             n = self.mi.parent.get(n)
         return False
 
-    def branch(self, node: ast.AST) -> None:
-        test = node.test  # type: ignore[attr-defined]
-        if not self.mi.in_hot(test) or self.mi.has_sync_marker(node.lineno):
-            return
-        if self.kind(test) == "scalar" or self._latched(node):
-            return
-        if self.tensor(test) or any(
-            isinstance(n, ast.Call)
-            and self.mi.call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
-            or isinstance(n, ast.Call)
-            and call_name(n) in ("any", "all")
-            and n.args
-            and isinstance(n.args[0], ast.GeneratorExp)
-            and self._reads_tensors(n.args[0])
-            for n in ast.walk(test)
-        ):
-            kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
-            self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
-
     def _comp_bound(self, e: ast.expr) -> bool:
         """Uses a comprehension's variable (`math.ceil(x * sf) for x in imgs.shape[2:]`): its kind is the
         iterable's, not its name's."""
@@ -399,23 +386,6 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks):
                     return True
             n = self.mi.parent.get(n)
         return False
-
-    def _latched(self, node: ast.AST) -> bool:
-        """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in
-        the body short-circuits the tensor test once it has held - a read until then, not every step."""
-        test = getattr(node, "test", None)
-        if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and isinstance(test.values[0], ast.Name)):
-            return False
-        flag = test.values[0].id
-        return any(isinstance(s, ast.Assign) and flag in [n for t in s.targets for n in target_names(t)]
-                   and isinstance(s.value, ast.Constant) and s.value.value is True
-                   for s in getattr(node, "body", []))  # fmt: skip
-
-    def _reads_tensors(self, gen: ast.GeneratorExp) -> bool:
-        """`any(not torch.isfinite(p.grad).all() for p in params)`: Python truth-tests a tensor per element."""
-        elt = gen.elt.operand if isinstance(gen.elt, ast.UnaryOp) else gen.elt
-        return self.mi.kind(elt, self.mi.function_info(gen), comp=gen) == "tensor" or (
-            isinstance(elt, ast.Call) and self.mi.call_name(elt).startswith("torch."))  # fmt: skip
 
     def fstring(self, node: ast.JoinedStr) -> None:
         if not self.mi.in_hot(node):

@@ -68,6 +68,9 @@ def negated(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 
+TARGETS = re.compile(r"targets?|labels?|y|ys|tgt|gt")
+
+
 class GateModel:
     """Mixed into ModuleInfo: needs `parent` and `enclosing_loop`."""
 
@@ -112,6 +115,19 @@ class GateModel:
                 return True
         return False
 
+    def _inference_branch(self, n: ast.If | ast.IfExp, child: ast.AST) -> bool:
+        """In a `forward`, the branch taken without targets (`if targets is None:` / the `else` of `if targets
+        is not None:`): generation's path, which a training step (always given targets) never takes."""
+        test = n.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
+                and isinstance(test.left, ast.Name) and TARGETS.fullmatch(test.left.id)):  # fmt: skip
+            return False
+        if getattr(self.enclosing_function(n), "name", "") != "forward":
+            return False
+        without = n.body if isinstance(test.ops[0], ast.Is) else n.orelse
+        return child is without or isinstance(without, list) and child in without
+
     def _gated(self, node: ast.AST, stop: ast.AST) -> bool:
         child, n = node, self.parent.get(node)
         while n is not None:
@@ -127,6 +143,8 @@ class GateModel:
                 if branch and not inner_break and terminal(branch[-1], isinstance(stop, (ast.For, ast.AsyncFor,
                                                                                           ast.While))):  # fmt: skip
                     return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
+            if isinstance(n, (ast.If, ast.IfExp)) and child is not n.test and self._inference_branch(n, child):
+                return True
             if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
                 branch = n.orelse if negated(n.test) else n.body
                 if child in branch:

@@ -395,7 +395,7 @@ def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
         names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
         exprs = [v for name in names for v in assigned_values(name, walk_local(fn))]
         texts += [ast.unparse(v) for v in exprs]
-    return any(re.search(r"epoch|step|iter", t, re.I) for t in texts)
+    return any(re.search(r"epoch(?!s)|step|iter", t, re.I) for t in texts)  # not `epochs`: a total
 
 
 def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:

@@ -27,10 +27,13 @@ class IndexChecks:
         raise NotImplementedError
 
     def subscript(self, node: ast.Subscript) -> None:
-        if not self.mi.in_hot(node) or isinstance(node.ctx, ast.Store):
-            return  # `x[mask] = v` is a masked fill on the device: no size to read
+        if not self.mi.in_hot(node):
+            return
         idx = node.slice
-        if self._is_mask(idx, node) and not self._host(idx):  # a mask made on the CPU: its count is on the host
+        store = isinstance(node.ctx, ast.Store)  # `x[mask] = v` is a masked fill on the device: no size to read
+        if store and not any(self._numpy_index(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):
+            return
+        if not store and self._is_mask(idx, node) and not self._host(idx):  # a CPU-made mask: its count is on the host
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
             return
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
@@ -58,6 +61,8 @@ class IndexChecks:
     def _numpy_index(self, e: ast.expr, depth: int = 0) -> bool:
         """A NumPy array of indices: a name bound only to `np.*(...)` (`np.arange`, `np.random.permutation`)
         or to a slice of such a name (`mb_inds = b_inds[start:end]`, the minibatch of a shuffled index)."""
+        if isinstance(e, ast.Subscript) and dotted(e.value) in ("np.r_", "numpy.r_", "np.c_", "numpy.c_"):
+            return True  # `output[..., np.r_[:2, 4:n_ch]]` (YOLOv4's loss)
         if not isinstance(e, ast.Name) or depth > 2:
             return False
         fn = self.mi.enclosing_function(e)

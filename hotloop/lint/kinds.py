@@ -278,6 +278,10 @@ class KindModel:
     def _unpacked(self, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
         """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
         name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            # `total_loss, total_num, bar = 0.0, 0, tqdm(loader)`: each name its own value
+            return {t.id: ("scalar" if isinstance(v, ast.Constant) else None) for t, v in zip(target.elts, value.elts,
+                    strict=True) if isinstance(t, ast.Name) and isinstance(v, ast.Constant)}  # fmt: skip
         if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Call):
             return {}
         out: dict[str, str | None] = {}

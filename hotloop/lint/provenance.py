@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.analysis import ModuleInfo, method_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
 
 
@@ -103,7 +103,13 @@ class HostProvenance:
                 return True
             if re.search(r"(^|_|2)(cpu|numpy|np)$", name.split(".")[-1]) and not meth:  # `to_cpu(loss)` helpers
                 return True
-            moves = meth == "to" and (e.args and not isinstance(e.args[0], ast.Attribute) or _kw(e, "device"))
+            dtype = (
+                e.args
+                and isinstance(e.args[0], ast.Attribute)
+                and (dotted(e.args[0]).startswith("torch.") or "dtype" in dotted(e.args[0]))
+                and "device" not in dotted(e.args[0])
+            )
+            moves = meth == "to" and (e.args and not dtype or _kw(e, "device"))  # `.to(self.device)` moves
             if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
                 return self._host(e.func.value, depth + 1)
             local = self.mi.targets_of(e)

@@ -55,8 +55,18 @@ class StructureChecks:
         """Only loaders with worker processes: with `num_workers=0` the main thread loads and would pin
         (one more copy on the critical path), and there are no workers to keep alive."""
         missing = self.loader_missing(c, self.mi.uses_cuda, lambda: self._reiterated(c))
-        if missing:
+        if missing and not self._never_read(c):
             self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+
+    def _never_read(self, c: ast.Call) -> bool:
+        """`dataloader_val = DataLoader(...)` in a function that nothing reads (RetinaNet builds one and never
+        evaluates). A module-level loader may be imported by another file: not judged unread."""
+        assign = self.mi.parent.get(c)
+        names = {dotted(t) for t in assign.targets} if isinstance(assign, ast.Assign) else set()
+        if not names or "" in names or self.mi.enclosing_function(c) is self.mi.tree:
+            return False
+        return not any(isinstance(u, (ast.Name, ast.Attribute)) and isinstance(u.ctx, ast.Load) and dotted(u) in names
+                       for u in self.mi.nodes)  # fmt: skip
 
     def loader_missing(self, c: ast.Call, cuda: bool, reiterated: Callable[[], bool]) -> list[str]:
         """The options a `DataLoader(...)` call with workers lacks (also asked by the cross-file pass, for a
@@ -394,6 +404,13 @@ class StructureChecks:
                             or isinstance(value, (ast.Name, ast.Attribute)) and dotted(value) != key and depth < 3
                             and self._divided(value, fn, depth + 1)  # `loss = -pg_obj` after `pg_obj /= n`
                         ):  # fmt: skip
+                            return True
+                if isinstance(n, ast.With) and depth < 3:  # `with amp.scale_loss(loss, opt) as scaled_loss:`
+                    for item in n.items:
+                        made = item.context_expr
+                        if (isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == key
+                                and isinstance(made, ast.Call) and made.args
+                                and self._divided(made.args[0], fn, depth + 1)):  # fmt: skip
                             return True
         return False
 

@@ -67,3 +67,13 @@ def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) ->
 
 
 _RETURNS_SELF = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
+
+
+def walk_local(node: ast.AST):
+    """ast.walk that does not enter nested function or class definitions (nor lambdas)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))

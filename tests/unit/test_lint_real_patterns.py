@@ -20,6 +20,95 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "a Python float set by tuple assignment, accumulated from .item() and formatted every step (HL002)": (
+        "HL002",
+        """
+        def train(net, loader, opt, epoch):
+            total_loss, total_num = 0.0, 0
+            for x in loader:
+                loss = net(x.cuda(non_blocking=True)).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total_num += 8
+                total_loss += loss.item() * 8
+                print("epoch {} loss {:.4f}".format(epoch, total_loss / total_num))
+        """,
+    ),
+    "the loss divided before `amp.scale_loss(loss, opt) as scaled_loss` (HL016)": (
+        "HL016",
+        """
+        from apex import amp
+        def train(model, loader, opt, accum):
+            for step, (x, y) in enumerate(loader):
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                if accum > 1:
+                    loss = loss / accum
+                with amp.scale_loss(loss, opt) as scaled_loss:
+                    scaled_loss.backward()
+                if (step + 1) % accum == 0:
+                    opt.step()
+                    opt.zero_grad()
+        """,
+    ),
+    "a validation loader that is built and never read (HL011)": (
+        "HL011",
+        """
+        def main(model, train_set, val_set, sampler, opt, epochs):
+            model.cuda()
+            train_loader = DataLoader(train_set, batch_size=8, num_workers=3, pin_memory=True, persistent_workers=True)
+            val_loader = DataLoader(val_set, batch_size=1, num_workers=3)
+            for epoch in range(epochs):
+                for x in train_loader:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+        """,
+    ),
+    "`self.main(x)` of an nn.Sequential is not the module-level `main()` (HL012)": (
+        "HL012",
+        """
+        class Generator(torch.nn.Module):
+            def forward(self, x):
+                return self.main(x)
+
+        def main(loader, opt, device):
+            generator = Generator().to(device)
+            for x in loader:
+                generator(x.to(device, non_blocking=True)).mean().backward()
+                opt.step()
+        """,
+    ),
+    "generation's branch of forward (`targets is None`) indexing with `[-1]` (HL024)": (
+        "HL024",
+        """
+        class GPT(torch.nn.Module):
+            def forward(self, idx, targets=None):
+                x = self.blocks(self.wte(idx))
+                if targets is not None:
+                    logits = self.lm_head(x)
+                    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+                else:
+                    return self.lm_head(x[:, [-1], :])
+
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "repeat_interleave by a Python int from `.size()` (HL022)": (
+        "HL022",
+        """
+        def train(model, loader, opt, emb):
+            for x in loader:
+                x = x.cuda(non_blocking=True)
+                n = x.size()[1]
+                e = emb.repeat_interleave(n, dim=1)
+                model(x, e).mean().backward()
+                opt.step()
+        """,
+    ),
     "an epoch function named train_step does not make its caller's epoch loop per-step (HL001)": (
         "HL001",
         """
@@ -556,6 +645,89 @@ QUIET = {
 }
 
 REPORTED = {
+    "a same-file loss module's forward, called through its instance, copies host-made zeros (HL012)": (
+        "HL012",
+        """
+        class YoloLoss(torch.nn.Module):
+            def __init__(self, device):
+                super().__init__()
+                self.device = device
+
+            def build_target(self, pred, labels):
+                target = torch.zeros(pred.size(0), 85).to(self.device)
+                return target
+
+            def forward(self, pred, labels):
+                return ((pred - self.build_target(pred, labels)) ** 2).mean()
+
+        def train(model, loader, opt, device):
+            criterion = YoloLoss(device)
+            for x, y in loader:
+                loss = criterion(model(x.to(device, non_blocking=True)), y)
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "a NumPy `np.r_` index into a device tensor, read and written every step (HL024)": (
+        "HL024",
+        """
+        import numpy as np
+        def train(model, loader, opt):
+            for x, y in loader:
+                out = model(x.cuda(non_blocking=True))
+                out[..., np.r_[0:4, 5:10]] *= 2.0
+                out.mean().backward()
+                opt.step()
+        """,
+    ),
+    "`if bool(loss == 0): continue` branches on the device loss (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                if bool(loss == 0):
+                    continue
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "`.cpu()` of a tensor moved with `.to(self.device)` (HL007)": (
+        "HL007",
+        """
+        class Trainer:
+            def step(self, model, x, opt):
+                box = torch.zeros(4, 4).to(self.device)
+                box[:, 0] = model(x).detach()[:4, 0]
+                anchors = box.cpu()
+                model(x).mean().backward()
+                opt.step()
+                return anchors
+
+            def fit(self, model, loader, opt):
+                for x in loader:
+                    self.step(model, x.cuda(non_blocking=True), opt)
+        """,
+    ),
+    "a best-model save named from the total epoch count, not the epoch (HL021)": (
+        "HL021",
+        """
+        def train(model, loader, opt):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).mean().backward()
+                opt.step()
+
+        def main(model, loader, opt, epochs, evaluate):
+            name = "{}_{}".format(128, epochs)
+            best = 0.0
+            for epoch in range(1, epochs + 1):
+                train(model, loader, opt)
+                acc = evaluate(model)
+                if acc > best:
+                    best = acc
+                    torch.save(model.state_dict(), "results/{}_model.pth".format(name))
+        """,
+    ),
     "a save_checkpoint() helper called from the loop writes in place (HL021)": (
         "HL021",
         """
@@ -1036,6 +1208,8 @@ REPORTED = {
         device = "cuda"
         w = torch.zeros(1).to(device)
         loader = DataLoader(ds, 64, True, None, None, 4)
+        for batch in loader:
+            pass
         """,
     ),
 }

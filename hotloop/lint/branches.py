@@ -1,0 +1,69 @@
+"""Branches on tensors (HL005): `if loss > best:`, `while not torch.isfinite(x).all():`, `assert (a == b).all()`,
+`if bool(loss == 0):` in the hot loop each read a device value on the host to choose the Python path. Not
+reported: Python values (the kind model says scalar), a flag that short-circuits the test once it held
+(`if started or not torch.all(...)`). Mixed into `checks.Checker`.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from hotloop.lint.analysis import ModuleInfo, call_name, target_names
+from hotloop.lint.structure import src as _src
+
+
+def is_test(mi: ModuleInfo, node: ast.AST) -> bool:
+    """`node` is the whole test of an `if`/`while`/conditional expression."""
+    parent = mi.parent.get(node)
+    return isinstance(parent, (ast.If, ast.While, ast.IfExp)) and parent.test is node
+
+
+class BranchChecks:
+    mi: ModuleInfo
+
+    def add(self, code: str, node: ast.AST, message: str, *args: object) -> None:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def kind(self, e: ast.expr) -> str | None:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def tensor(self, e: ast.expr) -> bool:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def branch(self, node: ast.AST) -> None:
+        test = node.test  # type: ignore[attr-defined]
+        if not self.mi.in_hot(test) or self.mi.has_sync_marker(node.lineno):
+            return
+        if isinstance(test, ast.Call) and self.mi.call_name(test) == "bool" and len(test.args) == 1:
+            test = test.args[0]  # `if bool(loss == 0):` branches on the tensor inside
+        if self.kind(test) == "scalar" or self._latched(node):
+            return
+        if self.tensor(test) or any(
+            isinstance(n, ast.Call)
+            and self.mi.call_name(n) in ("torch.isnan", "torch.isinf", "torch.any", "torch.all")
+            or isinstance(n, ast.Call)
+            and call_name(n) in ("any", "all")
+            and n.args
+            and isinstance(n.args[0], ast.GeneratorExp)
+            and self._reads_tensors(n.args[0])
+            for n in ast.walk(test)
+        ):
+            kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
+            self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
+
+    def _latched(self, node: ast.AST) -> bool:
+        """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in
+        the body short-circuits the tensor test once it has held - a read until then, not every step."""
+        test = getattr(node, "test", None)
+        if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and isinstance(test.values[0], ast.Name)):
+            return False
+        flag = test.values[0].id
+        return any(isinstance(s, ast.Assign) and flag in [n for t in s.targets for n in target_names(t)]
+                   and isinstance(s.value, ast.Constant) and s.value.value is True
+                   for s in getattr(node, "body", []))  # fmt: skip
+
+    def _reads_tensors(self, gen: ast.GeneratorExp) -> bool:
+        """`any(not torch.isfinite(p.grad).all() for p in params)`: Python truth-tests a tensor per element."""
+        elt = gen.elt.operand if isinstance(gen.elt, ast.UnaryOp) else gen.elt
+        return self.mi.kind(elt, self.mi.function_info(gen), comp=gen) == "tensor" or (
+            isinstance(elt, ast.Call) and self.mi.call_name(elt).startswith("torch."))  # fmt: skip
