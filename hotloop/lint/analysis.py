@@ -301,14 +301,7 @@ class ModuleInfo(KindModel, GateModel):
     def _find_hot(self) -> None:
         for node in self.nodes:
             if self._calls_step(node):
-                loop = self.enclosing_loop(node)
-                if loop is not None:
-                    self.hot_loops.add(loop)
-                    outer = self.enclosing_loop(loop)
-                    while outer is not None:
-                        self.train_loops.add(outer)
-                        outer = self.enclosing_loop(outer)
-                    self.train_loops.add(loop)
+                self._mark(self.enclosing_loop(node), hot=True)
         for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`
             outer = self.enclosing_loop(loop)
             if outer is not None and self._per_step_outer(outer, loop):
@@ -334,10 +327,7 @@ class ModuleInfo(KindModel, GateModel):
         if epoch_fns:
             for node in self.nodes:
                 if isinstance(node, ast.Call) and call_name(node).split(".")[-1] in epoch_fns:
-                    loop = self.enclosing_loop(node)
-                    while loop is not None:
-                        self.train_loops.add(loop)
-                        loop = self.enclosing_loop(loop)
+                    self._mark(self.enclosing_loop(node), hot=False)
         called_in_loops = {
             call_name(n).split(".")[-1]
             for loop in self.hot_loops | self.train_loops
@@ -375,14 +365,23 @@ class ModuleInfo(KindModel, GateModel):
         run a training loop (`epochs`) make theirs training loops, as a same-file epoch function's do."""
         for node in calls:
             loop = self.enclosing_loop(node)
-            if loop is None or loop in self.hot_loops:
-                continue
-            if not epochs:
-                self.hot_loops.add(loop)
-            while loop is not None:
-                self.train_loops.add(loop)
-                loop = self.enclosing_loop(loop)
+            if loop is None and not epochs:  # `run_step()` whose step a helper object takes: a step function
+                fn = self.enclosing_function(node)
+                self.hot_functions.add(fn)
+                for call in self.calls_to.get(getattr(fn, "name", ""), []):
+                    if self.enclosing_loop(call) not in self.hot_loops:
+                        self._mark(self.enclosing_loop(call), hot=True)
+            elif loop not in self.hot_loops:
+                self._mark(loop, hot=not epochs)
         self.propagate()
+
+    def _mark(self, loop: ast.AST | None, hot: bool) -> None:
+        """`loop` trains (every step when `hot`), and so does every loop around it (an epoch loop)."""
+        if loop is not None and hot:
+            self.hot_loops.add(loop)
+        while loop is not None:
+            self.train_loops.add(loop)
+            loop = self.enclosing_loop(loop)
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls

@@ -50,7 +50,11 @@ def _find(tree: ast.Module, name: str, methods: tuple[str, ...] = ("__call__", "
             return node
         if isinstance(node, ast.ClassDef) and node.name == name:
             found = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            return next((found[m] for m in methods if m in found), None)
+            own = next((found[m] for m in methods if m in found), None)
+            bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id != name]
+            # `class UniformSampler(ScheduleSampler)` inherits `sample` from a base class of the same file
+            inherited = (_find(tree, b, methods) for b in bases)
+            return own or next((f for f in inherited if f is not None), None)
     return None
 
 
@@ -172,8 +176,8 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         if not isinstance(c, ast.Call) or not (epochs or isinstance(c.func, ast.Attribute)) or mi.in_hot(c):
             continue
         loop = mi.enclosing_loop(c)
-        if loop is None or loop in mi.hot_loops:
-            continue
+        if loop in mi.hot_loops or loop is None and (epochs or mi.enclosing_function(c) is mi.tree):
+            continue  # (outside a loop, in a function: `run_step()` delegating its optimizer step to a helper)
         target = Project.of(mi).callee(c)
         if target is None or _not_a_step(target[1]):
             continue

@@ -58,6 +58,8 @@ def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) ->
         if not isinstance(n, ast.Assign):
             continue
         value = n.value  # `Cls(...).cuda()`, `Cls(...).to(device).train()`: a module's moves return the module
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+            value = value.values[-1]  # `self.sampler = sampler or UniformSampler(diffusion)`: the default
         while isinstance(value, ast.Call) and method_name(value) in _RETURNS_SELF and isinstance(
                 value.func.value, ast.Call):  # type: ignore[attr-defined]  # fmt: skip
             value = value.func.value  # type: ignore[attr-defined]

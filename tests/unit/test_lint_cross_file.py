@@ -468,3 +468,76 @@ def test_an_epoch_loop_calling_a_project_training_function_is_a_training_loop(tm
     found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
     saves = [i + 1 for i, t in enumerate(script.read_text().splitlines()) if "torch.save(" in t]
     assert [(line, "HL021") in found for line in saves] == [True, False]
+
+
+def test_a_trainer_class_delegating_to_helper_objects(tmp_path):
+    """guided-diffusion's TrainLoop: `self.sampler = sampler or UniformSampler(d)` is a UniformSampler (the
+    default), whose `sample` is inherited from a base class in its file and copies host-made timesteps every
+    micro-step (HL012); `run_step()` has no backward or step of its own but `self.mp.optimize(opt)` takes the
+    step in another file, so run_step is one step per call of the loop, and the optimizer helper's `.item()`
+    per parameter is reported there (HL001)."""
+    (tmp_path / "resample.py").write_text(
+        textwrap.dedent("""
+        import numpy as np
+        import torch
+
+        class ScheduleSampler:
+            def sample(self, batch_size, device):
+                idx = np.random.choice(10, size=(batch_size,))
+                return torch.from_numpy(idx).long().to(device)
+
+        class UniformSampler(ScheduleSampler):
+            def __init__(self, n):
+                self.n = n
+    """)
+    )
+    (tmp_path / "fp16_util.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class MixedPrecisionTrainer:
+            def __init__(self, model):
+                self.model = model
+
+            def optimize(self, opt):
+                norm = sum(p.grad.norm().item() ** 2 for p in self.model.parameters())
+                opt.step()
+                return norm
+    """)
+    )
+    script = tmp_path / "train_util.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from fp16_util import MixedPrecisionTrainer
+        from resample import UniformSampler
+
+        class TrainLoop:
+            def __init__(self, model, data, opt, sampler=None):
+                self.model, self.data, self.opt = model.cuda(), data, opt
+                self.sampler = sampler or UniformSampler(10)
+                self.mp = MixedPrecisionTrainer(model)
+
+            def run_loop(self):
+                while True:
+                    batch = next(self.data)
+                    self.run_step(batch)
+
+            def run_step(self, batch):
+                self.forward_backward(batch)
+                took = self.mp.optimize(self.opt)
+
+            def forward_backward(self, batch):
+                batch = batch.cuda(non_blocking=True)
+                t = self.sampler.sample(batch.shape[0], "cuda")
+                self.model(batch, t).mean().backward()
+    """)
+    )
+    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+
+    def at(text: str) -> int:
+        return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+    assert (at("t = self.sampler.sample"), "HL012") in found
+    assert (at("took = self.mp.optimize"), "HL001") in found
