@@ -23,6 +23,7 @@ from hotloop.lint.analysis import (
 from hotloop.lint.branches import BranchChecks, is_test
 from hotloop.lint.imports import cross_file_hits, remote_steps
 from hotloop.lint.indexing import IndexChecks
+from hotloop.lint.loaders import LoaderChecks
 from hotloop.lint.provenance import HostProvenance
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
@@ -64,7 +65,7 @@ def _is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
+class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []
@@ -453,7 +454,10 @@ class Checker(StructureChecks, SaveChecks, HostProvenance, IndexChecks, BranchCh
                     return
 
 
-TORCH_CODE = re.compile(r"^\s*(import|from)\s+(torch|lightning|pytorch_lightning|accelerate|transformers)\b", re.M)
+# PyTorch code: an import of it, or (through a star import of a project module, as DeepLab's `from modeling.deeplab
+# import *` brings `torch`) calls of its optimizers, modules and CUDA API and `.backward()`.
+TORCH_CODE = re.compile(r"^\s*(import|from)\s+(torch|lightning|pytorch_lightning|accelerate|transformers)\b|"
+                        r"\btorch\.(optim|nn|cuda|utils)\.|\.backward\(\)", re.M)  # fmt: skip
 
 
 def check(mi: ModuleInfo) -> Iterator[Hit]:

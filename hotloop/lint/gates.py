@@ -69,6 +69,7 @@ def negated(test: ast.expr) -> bool:
 
 
 TARGETS = re.compile(r"targets?|labels?|y|ys|tgt|gt")
+ANOMALY = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?(isnan|isinf)\(|^not .*isfinite\(")
 
 
 class GateModel:
@@ -145,6 +146,8 @@ class GateModel:
                     return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
             if isinstance(n, (ast.If, ast.IfExp)) and child is not n.test and self._inference_branch(n, child):
                 return True
+            if isinstance(n, ast.If) and child in n.body and ANOMALY.search(ast.unparse(n.test)):
+                return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
             if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
                 branch = n.orelse if negated(n.test) else n.body
                 if child in branch:

@@ -70,6 +70,15 @@ class FunctionInfo:
         return name not in self.scalars and bool(TENSOR_NAME.search(name))
 
 
+def _is_str(e: ast.expr) -> bool:
+    """A string by its spelling: a literal, an f-string, `'...'.format(...)`, or `+` with one of those."""
+    if isinstance(e, ast.JoinedStr) or isinstance(e, ast.Constant) and isinstance(e.value, str):
+        return True
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "format":
+        return _is_str(e.func.value)
+    return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and (_is_str(e.left) or _is_str(e.right))
+
+
 class KindModel:
     """Mixed into ModuleInfo: needs `call_name`, `functions`, `calls_to`, `walk_local`."""
 
@@ -151,6 +160,9 @@ class KindModel:
             made = assigned_values(it.id, self.walk_local(info.node))  # type: ignore[attr-defined]
             if len(made) == 1 and isinstance(made[0], ast.Call) and self.call_name(made[0]) in ("enumerate", "zip"):  # type: ignore[attr-defined]
                 it = made[0]
+        if (isinstance(it, ast.Call) and it.args and self.call_name(it).split(".")[-1] in ("tqdm", "track")  # type: ignore[attr-defined]
+                and isinstance(it.args[0], ast.Call) and self.call_name(it.args[0]) in ("enumerate", "zip")):  # type: ignore[attr-defined]  # fmt: skip
+            it = it.args[0]  # `tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: the enumerate inside
         out: dict[str, str | None] = {name: None for name in target_names(target)}
         if self._iterates_data(it):
             if (isinstance(it, ast.Call) and self.call_name(it) == "enumerate"  # type: ignore[attr-defined]
@@ -382,6 +394,8 @@ class KindModel:
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None
         if isinstance(e, ast.BinOp):
+            if _is_str(e):
+                return "scalar"  # `title + ' ' + fmt(losses)`: string concatenation
             kinds = {self.kind(e.left, info), self.kind(e.right, info)}
             if "tensor" in kinds:
                 return "tensor"

@@ -20,6 +20,42 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "prints inside `if torch.isnan(loss): ... continue` run only on a bad step (HL002)": (
+        "HL002",
+        """
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                if torch.isnan(loss):  # sync: the guard itself is the finding, not what it prints
+                    print("labels: ", y)
+                    continue
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "the step counter of `tqdm(enumerate(zip(a, b)))` is an int (HL005)": (
+        "HL005",
+        """
+        def train(model, a_loader, b_loader, opt, accum):
+            for num_steps, (a, b) in tqdm(enumerate(zip(a_loader, b_loader)), total=100):
+                loss = model(a.cuda(non_blocking=True), b.cuda(non_blocking=True))
+                loss.backward()
+                if (num_steps + 1) % accum == 0:
+                    opt.step()
+        """,
+    ),
+    "a string built with `+` handed to a progress bar (HL002)": (
+        "HL002",
+        """
+        def train(model, loader, opt, bar, epoch, tools):
+            for x in loader:
+                loss_values = [model(x.cuda(non_blocking=True)).mean()]
+                loss_values[0].backward()
+                opt.step()
+                title = "{} Epoch {}".format("Training", epoch)
+                bar.set_description(title + " " + tools.format_losses(loss_values))
+        """,
+    ),
     "a Python float set by tuple assignment, accumulated from .item() and formatted every step (HL002)": (
         "HL002",
         """
@@ -645,6 +681,39 @@ QUIET = {
 }
 
 REPORTED = {
+    "a script whose torch comes through a star import of the project (HL001)": (
+        "HL001",
+        """
+        from modeling.deeplab import *
+        def training(model, loader, optimizer, criterion):
+            for i, sample in enumerate(loader):
+                image, target = sample["image"].cuda(), sample["label"].cuda()
+                loss = criterion(model(image), target)
+                loss.backward()
+                optimizer.step()
+                train_loss = loss.item()
+        """,
+    ),
+    "a shared loop whose `is_validate=True` calls evaluate without no_grad (HL018)": (
+        "HL018",
+        """
+        def train(model, loader, opt, is_validate=False):
+            if is_validate:
+                model.eval()
+            else:
+                model.train()
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                if not is_validate:
+                    loss.backward()
+                    opt.step()
+
+        def main(model, train_loader, val_loader, opt, epochs):
+            for epoch in range(epochs):
+                train(model, train_loader, opt)
+                train(model, val_loader, opt, is_validate=True)
+        """,
+    ),
     "a same-file loss module's forward, called through its instance, copies host-made zeros (HL012)": (
         "HL012",
         """
@@ -1510,3 +1579,22 @@ def train(model, loader, opt, images, i_train, freq):
     lines = textwrap.dedent(src).splitlines()
     found = sorted((f.line, f.code) for f in lint_source(textwrap.dedent(src)))
     assert found == [(next(i + 1 for i, t in enumerate(lines) if "images[rows]" in t), "HL024")]
+
+
+def test_a_script_that_gets_torch_through_a_star_import_is_linted():
+    """DeepLab's train.py never imports torch itself: `from modeling.deeplab import *` brings it. Its calls of
+    `torch.optim` and `.backward()` make it PyTorch code, so its loop is checked."""
+    src = textwrap.dedent("""
+        from modeling.deeplab import *
+
+        def training(model, loader, criterion):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for i, sample in enumerate(loader):
+                image, target = sample["image"].cuda(), sample["label"].cuda()
+                loss = criterion(model(image), target)
+                loss.backward()
+                optimizer.step()
+                train_loss = loss.item()
+    """)
+    assert "HL001" in {f.code for f in lint_source(src)}
+    assert lint_source("def test_names():\n    for s in ['a', 'b']:\n        print(s.upper())\n") == []
