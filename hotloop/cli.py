@@ -314,8 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    code: int | None = None
     try:
-        return args.func(args)
+        code = args.func(args)
+        return code
     except HotloopError as e:
         print(f"hotloop: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
@@ -335,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         dist_mod = sys.modules.get("hotloop.distributed")
         if dist_mod is not None:
-            dist_mod.teardown()
+            dist_mod.teardown(failed=code != 0)  # (None: an exception is on its way out)
 
 
 if __name__ == "__main__":
