@@ -74,8 +74,12 @@ class HostProvenance:
             return True
         if isinstance(e, ast.Name):
             fn = self.mi.enclosing_function(e)
+            if self._moved_later(e, fn):
+                return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
             values = []
             for n in walk_local(fn):
+                if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == e.id:
+                    values.append(n.iter)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
                 if not isinstance(n, (ast.Assign, ast.AugAssign)):
                     continue
                 for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
@@ -89,6 +93,9 @@ class HostProvenance:
         if isinstance(e, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
             parts = [x for x in ast.iter_child_nodes(e) if isinstance(x, ast.expr)]
             parts = [x for x in parts if self.kind(x) != "scalar"]
+            tensors = [x for x in parts if self.kind(x) == "tensor"]
+            if isinstance(e, ast.Compare) and tensors:  # `labels[i][j] != media_token_id`: the tensor side decides
+                parts = tensors
             return bool(parts) and all(self._host(x, depth + 1) for x in parts)
         if isinstance(e, ast.Call):
             name, meth = self.mi.call_name(e), method_name(e)
@@ -116,10 +123,26 @@ class HostProvenance:
             if local and depth < 3:  # a same-file helper that returns host tensors
                 rets = [r.value for f in local for r in walk_local(f) if isinstance(r, ast.Return) and r.value]
                 return bool(rets) and all(self._host(r, depth + 1) for r in rets)
+            if name == "torch.where" and len(e.args) == 1:  # the indices of a host condition
+                return self._host(e.args[0], depth + 1)
             if name in ("torch.nonzero", "torch.stack", "torch.cat") and e.args:
                 first = e.args[0]
                 items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
                 return all(self._host(x, depth + 1) for x in items)
+        return False
+
+    def _moved_later(self, e: ast.Name, fn: ast.AST) -> bool:
+        """`e` is read before the line where the function moves that very name to the device (`labels =
+        labels.to(device_id)`), with no assignment in between: the script itself says it is on the host."""
+        line = e.lineno
+        assigns = [n for n in walk_local(fn) if isinstance(n, ast.Assign)
+                   and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        for n in assigns:
+            v = n.value
+            moves = isinstance(v, ast.Call) and (method_name(v) == "cuda" or method_name(v) == "to" and bool(v.args))
+            base = v.func.value if moves else None  # type: ignore[union-attr]
+            if line < n.lineno and isinstance(base, ast.Name) and base.id == e.id:
+                return not any(line < m.lineno < n.lineno for m in assigns)
         return False
 
     def host_built(self, c: ast.Call) -> bool:

@@ -20,6 +20,26 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "masking a batch's labels on the host before the script moves them (HL005/HL022)": (
+        "HL005",
+        """
+        def train(model, loader, opt, media_id, eoc_id, device):
+            for batch in loader:
+                labels = torch.stack([x[0] for x in batch]).squeeze(1)
+                for i in range(labels.shape[0]):
+                    j = 0
+                    while j < labels.shape[1] and labels[i][j] != media_id:
+                        labels[i][j] = -100
+                        j += 1
+                    for idx in torch.where(labels[i] == eoc_id)[0]:
+                        k = idx + 1
+                        while k < labels.shape[1] and labels[i][k] != media_id:
+                            k += 1
+                labels = labels.to(device)
+                model(labels).mean().backward()
+                opt.step()
+        """,
+    ),
     "prints inside `if torch.isnan(loss): ... continue` run only on a bad step (HL002)": (
         "HL002",
         """
