@@ -394,6 +394,7 @@ def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
     `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows."""
     fn = mi.enclosing_function(c)
     exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
+    exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
     texts = [ast.unparse(a) for a in exprs if not isinstance(a, ast.Constant)]
     for _ in range(2):  # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
         names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}

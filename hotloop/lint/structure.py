@@ -326,7 +326,7 @@ class StructureChecks:
                     t_max = kw(n.value, "T_max") or (n.value.args[1] if len(n.value.args) > 1 else None)
                     src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
                     per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
-                    kind = None if per_step else "epoch"
+                    kind = None if per_step or self._counts_iterations(n.value) else "epoch"
                 if kind:
                     for t in n.targets:
                         if dotted(t):
@@ -339,6 +339,21 @@ class StructureChecks:
                     self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
                 elif kind == "epoch" and hot:
                     self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
+
+    def _counts_iterations(self, c: ast.Call) -> bool:
+        """`StepLR(opt, step_size=opts.step_size)` with `--step_size` defaulting to 10000, `MultiStepLR(opt,
+        [30000, 40000])`: periods of thousands are iterations (a per-batch schedule written with a per-epoch
+        class), as are names saying so (`total_itrs`, `max_iter`)."""
+        given = [*c.args[1:2], *(k.value for k in c.keywords if k.arg in ("step_size", "milestones"))]
+        for g in given:
+            values = g.elts if isinstance(g, (ast.List, ast.Tuple)) else [g]
+            for v in values:
+                value = v.value if isinstance(v, ast.Constant) else self.mi.cli_default(v)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1000:
+                    return True
+                if re.search(r"iter|itrs|steps", ast.unparse(v), re.I):
+                    return True
+        return False
 
     def _conditions(self, node: ast.AST) -> set[str]:
         """The flags (`args.distributed`) of the `if`s whose body holds `node`."""

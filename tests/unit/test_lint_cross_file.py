@@ -541,3 +541,30 @@ def test_a_trainer_class_delegating_to_helper_objects(tmp_path):
 
     assert (at("t = self.sampler.sample"), "HL012") in found
     assert (at("took = self.mp.optimize"), "HL001") in found
+
+
+def test_a_state_dict_naming_the_epoch_does_not_make_the_save_path_vary(tmp_path):
+    """`tools.save_checkpoint({"epoch": epoch + 1, "state_dict": ...}, is_best, save_dir)`: the epoch is in the
+    saved state, not in the file name, so the helper's `torch.save(state, "checkpoint.pth.tar")` is in place."""
+    (tmp_path / "tools.py").write_text(
+        "import os\nimport torch\n\ndef save_checkpoint(state, is_best, path):\n"
+        "    torch.save(state, os.path.join(path, 'checkpoint.pth.tar'))\n"
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        import tools
+
+        def main(model, loader, opt, epochs, save_dir):
+            model.cuda()
+            for epoch in range(epochs):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                tools.save_checkpoint({"epoch": epoch + 1, "state_dict": model.state_dict()}, True, save_dir)
+    """)
+    )
+    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    line = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if "tools.save_checkpoint" in t)
+    assert (line, "HL021") in found

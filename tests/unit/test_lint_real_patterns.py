@@ -20,6 +20,22 @@ def codes(src: str) -> list[tuple[int, str]]:
 
 
 QUIET = {
+    "StepLR whose step_size (a CLI default of 10000) counts iterations, stepped every batch (HL014)": (
+        "HL014",
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--step_size", type=int, default=10000)
+        opts = parser.parse_args()
+
+        def train(model, loader, optimizer):
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=opts.step_size, gamma=0.1)
+            for x in loader:
+                model(x.cuda(non_blocking=True)).mean().backward()
+                optimizer.step()
+                scheduler.step()
+        """,
+    ),
     "masking a batch's labels on the host before the script moves them (HL005/HL022)": (
         "HL005",
         """
