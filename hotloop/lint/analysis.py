@@ -40,7 +40,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     method_name,
     target_names,
 )
-from hotloop.lint.syntax import walk_local  # noqa: F401 (re-exported)
+from hotloop.lint.syntax import method_of, walk_local  # noqa: F401 (walk_local re-exported)
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
@@ -416,17 +416,13 @@ class ModuleInfo(KindModel, GateModel):
     def _instances(self) -> dict[str, ast.ClassDef]:
         """`agent = Agent(...)`, `self.policy = Policy(...)` with the class in this file: the name's methods
         are that class's (`agent.learn(batch)` in the loop runs `Agent.learn`)."""
-        classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
-        return constructed(self.nodes, lambda c: classes.get(c.func.id) if isinstance(c.func, ast.Name) else None)
+        self.classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
+        return constructed(self.nodes, lambda c: self.classes.get(c.func.id) if isinstance(c.func, ast.Name) else None)
 
-    def _methods(self, cls: ast.ClassDef, name: str, depth: int = 0) -> list[ast.AST]:
-        """`name` as defined in `cls`, or else in its same-file base classes."""
-        own = [m for m in cls.body if isinstance(m, FUNCS) and m.name == name]
-        if own or depth > 3:
-            return own
-        bases = [b.id for b in cls.bases if isinstance(b, ast.Name)]
-        return [m for b in bases for c in self.nodes if isinstance(c, ast.ClassDef) and c.name == b
-                for m in self._methods(c, name, depth + 1)]  # fmt: skip
+    def _methods(self, cls: ast.ClassDef, *names: str) -> list[ast.AST]:
+        """The first of `names` defined in `cls`, or else in its same-file base classes."""
+        found = method_of(cls, names, self.classes)
+        return [found] if found is not None else []
 
     def targets_of(self, call: ast.Call) -> list[ast.AST]:
         """The same-file functions a call may reach; for `self.f(...)`, the `f` of the caller's own class
@@ -435,7 +431,7 @@ class ModuleInfo(KindModel, GateModel):
         if isinstance(call.func, ast.Attribute) and (cls := self.instances.get(dotted(call.func.value))) is not None:
             return self._methods(cls, call.func.attr)
         if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward
-            return self._methods(cls, "forward") or self._methods(cls, "__call__")
+            return self._methods(cls, "forward", "__call__")
         found = self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
         if isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls"):
             # a method, never a module-level function (`self.main(x)` of an nn.Sequential is not `def main()`)

@@ -24,7 +24,7 @@ from hotloop.lint.branches import BranchChecks, is_test
 from hotloop.lint.imports import cross_file_hits, remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks
-from hotloop.lint.provenance import HostProvenance
+from hotloop.lint.provenance import HostProvenance, moves_to_device
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
 from hotloop.lint.structure import StructureChecks
@@ -263,19 +263,11 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
         if rname and MODEL_NAME.search(rname.split(".")[-1]):
             return
         if c.func.attr == "to":  # type: ignore[attr-defined]
-            if not c.args and _kw(c, "device") is None:
-                return
+            if not moves_to_device(c):
+                return  # `.to(torch.float16)`, `.to(weight_dtype)`: a cast
             target = c.args[0] if c.args else _kw(c, "device").value  # type: ignore[union-attr]
-            if (
-                isinstance(target, ast.Attribute)
-                and dotted(target).startswith("torch.")
-                and "device" not in dotted(target)
-            ):
-                return  # .to(torch.float16): a dtype cast
             if isinstance(target, ast.Constant) and target.value == "cpu":
                 return
-            if re.search(r"dtype", ast.unparse(target)) and not re.search(r"device", ast.unparse(c)):
-                return  # `.to(weight_dtype)`: a cast
         nb = _kw(c, "non_blocking")
         if nb is not None and not (isinstance(nb.value, ast.Constant) and not nb.value.value):
             return

@@ -20,16 +20,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, dotted, target_names, walk_local
+from hotloop.lint.syntax import method_of
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
 # another file's model code were mostly configuration attributes and inference paths when scored.
 EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch", re.I)  # HL012 only from a helper that moves batches
+NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 # Methods whose reads are their job, not a training step's overhead: decoding checks for an end token, an
 # evaluation pass reads its results, an agent choosing an action reads it for the environment (judged false
 # every time in the labelled set).
-NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 NOT_A_STEP = re.compile(r"generat|predict|infer|evaluat|eval$|test|valid|decode|render|^act$|action", re.I)
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
 LEVELS_UP = 4
@@ -45,16 +46,12 @@ def _find(tree: ast.Module, name: str, methods: tuple[str, ...] = ("__call__", "
     if "." in name:
         cls, meth = name.split(".", 1)
         return _find(tree, cls, (meth,))
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
         if isinstance(node, ast.ClassDef) and node.name == name:
-            found = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
-            own = next((found[m] for m in methods if m in found), None)
-            bases = [b.id for b in node.bases if isinstance(b, ast.Name) and b.id != name]
-            # `class UniformSampler(ScheduleSampler)` inherits `sample` from a base class of the same file
-            inherited = (_find(tree, b, methods) for b in bases)
-            return own or next((f for f in inherited if f is not None), None)
+            return method_of(node, methods, classes)
     return None
 
 
@@ -322,8 +319,8 @@ def effects(file: Path, name: str, device_code: bool) -> list[tuple[str, int, st
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
             kept = [h for h in hits if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
                     and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)]  # fmt: skip
-            host = Checker(mi).host_built if any(h.code == "HL012" for h in kept) else None
-            made = {id(h): host is not None and h.code == "HL012" and isinstance(h.node, ast.Call) and host(h.node)
+            checker = Checker(mi)
+            made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip
             # A helper that reads back what it copied (`r = torch.tensor(x).cuda()`, all_reduce, `r.item()`)
             # waits for the device anyway: its read is the finding, not the copy.

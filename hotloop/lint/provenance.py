@@ -16,6 +16,17 @@ from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names,
 from hotloop.lint.structure import kw as _kw
 
 
+def moves_to_device(c: ast.Call) -> bool:
+    """`.cuda()`, `.to(device)`, `.to(self.device)`, `.to(x)` (another tensor's device), `.to(device=...)`; not
+    `.to(torch.float16)`, `.to(weight_dtype)`: casts."""
+    meth = method_name(c)
+    if meth == "cuda":
+        return True
+    first = dotted(c.args[0]) if c.args else ""
+    dtype = bool(first) and (first.startswith("torch.") or "dtype" in first) and "device" not in first
+    return meth == "to" and (bool(c.args) and not dtype or _kw(c, "device") is not None)
+
+
 class HostProvenance:
     mi: ModuleInfo
 
@@ -110,13 +121,7 @@ class HostProvenance:
                 return True
             if re.search(r"(^|_|2)(cpu|numpy|np)$", name.split(".")[-1]) and not meth:  # `to_cpu(loss)` helpers
                 return True
-            dtype = (
-                e.args
-                and isinstance(e.args[0], ast.Attribute)
-                and (dotted(e.args[0]).startswith("torch.") or "dtype" in dotted(e.args[0]))
-                and "device" not in dotted(e.args[0])
-            )
-            moves = meth == "to" and (e.args and not dtype or _kw(e, "device"))  # `.to(self.device)` moves
+            moves = meth == "to" and moves_to_device(e)
             if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
                 return self._host(e.func.value, depth + 1)
             local = self.mi.targets_of(e)
@@ -139,7 +144,7 @@ class HostProvenance:
                    and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
         for n in assigns:
             v = n.value
-            moves = isinstance(v, ast.Call) and (method_name(v) == "cuda" or method_name(v) == "to" and bool(v.args))
+            moves = isinstance(v, ast.Call) and moves_to_device(v)
             base = v.func.value if moves else None  # type: ignore[union-attr]
             if line < n.lineno and isinstance(base, ast.Name) and base.id == e.id:
                 return not any(line < m.lineno < n.lineno for m in assigns)
@@ -167,8 +172,7 @@ class HostProvenance:
         if not (isinstance(dst, ast.Name) and isinstance(src, ast.Name)):
             return False
         moved = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and dst.id in
-                    {x for t in n.targets for x in target_names(t)} and (method_name(n.value) == "cuda" or
-                    method_name(n.value) == "to" and bool(n.value.args or n.value.keywords))
+                    {x for t in n.targets for x in target_names(t)} and moves_to_device(n.value)
                     for n in self.mi.nodes)  # fmt: skip
         return moved and self._from_loader(src)
 
@@ -207,7 +211,7 @@ class HostProvenance:
         meth = method_name(e) if isinstance(e.func, ast.Attribute) and not name.startswith("torch.") else ""
         if meth in ("size", "dim", "numel", "tolist", "item") or name in ("len", "int", "float"):
             return False  # Python numbers
-        if meth == "cuda" or meth == "to" and bool(e.args or e.keywords):
+        if meth and moves_to_device(e):
             return not (e.args and isinstance(e.args[0], ast.Constant) and e.args[0].value == "cpu")
         if meth in ("cpu", "numpy", "pin_memory"):
             return False

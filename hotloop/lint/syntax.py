@@ -79,3 +79,15 @@ def walk_local(node: ast.AST):
         yield n
         if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             stack.extend(ast.iter_child_nodes(n))
+
+
+def method_of(
+    cls: ast.ClassDef, names: tuple[str, ...], classes: dict[str, ast.ClassDef], depth: int = 0
+) -> ast.AST | None:
+    """The first of `names` defined in `cls`, or else inherited from its base classes among `classes` (the same
+    module's: `class UniformSampler(ScheduleSampler)` inherits `sample`)."""
+    own = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    found = next((own[n] for n in names if n in own), None)
+    bases = [classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes and b.id != cls.name]
+    inherited = (method_of(b, names, classes, depth + 1) for b in bases if depth < 4)
+    return found or next((f for f in inherited if f is not None), None)

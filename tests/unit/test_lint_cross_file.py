@@ -5,9 +5,18 @@ helper called at a boundary, nothing is reported. Reference: the same helper pas
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 from hotloop.lint import lint_source
+
+
+def _lint(script: Path) -> tuple[dict[tuple[int, str], str], Callable[[str], int]]:
+    """The script's findings as {(line, code): message}, and `at(text)`: the first line holding `text`."""
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    lines = script.read_text().splitlines()
+    return found, lambda text: next(i + 1 for i, line in enumerate(lines) if text in line)
+
 
 HELPERS = """
 import torch
@@ -87,11 +96,7 @@ def _project(tmp_path: Path) -> Path:
 
 def test_helpers_called_every_step_are_reported_at_the_call_site(tmp_path):
     script = _project(tmp_path)
-    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
-    lines = script.read_text().splitlines()
-
-    def at(text: str) -> int:
-        return next(i + 1 for i, line in enumerate(lines) if text in line)
+    found, at = _lint(script)
 
     stats = (at("stats = grad_stats"), "HL001")
     assert stats in found and "helpers.py" in found[stats]  # float(norm) per parameter, inside the helper
@@ -240,11 +245,7 @@ def test_methods_of_a_project_class_instance_are_followed(tmp_path):
     (tmp_path / "agents.py").write_text(textwrap.dedent(AGENTS))
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(AGENT_SCRIPT))
-    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
-    lines = script.read_text().splitlines()
-
-    def at(text: str) -> int:
-        return next(i + 1 for i, line in enumerate(lines) if text in line)
+    found, at = _lint(script)
 
     assert "agents.py" in found[(at("value = policy.train"), "HL001")]
     assert (at("logger.update(err=err)"), "HL001") in found
@@ -377,11 +378,7 @@ def test_host_made_tensors_copied_inside_model_and_loss_code_are_reported_at_the
     (tmp_path / "models.py").write_text(textwrap.dedent(MODELS))
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(MODEL_SCRIPT))
-    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
-    lines = script.read_text().splitlines()
-
-    def at(text: str) -> int:
-        return next(i + 1 for i, line in enumerate(lines) if text in line)
+    found, at = _lint(script)
 
     assert "models.py:11" in found[(at("out = decoder("), "HL012")]
     assert "models.py:17" in found[(at("d_out = disc("), "HL012")]  # the LongTensor, not the empty(0)
@@ -533,11 +530,7 @@ def test_a_trainer_class_delegating_to_helper_objects(tmp_path):
                 self.model(batch, t).mean().backward()
     """)
     )
-    found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
-    lines = script.read_text().splitlines()
-
-    def at(text: str) -> int:
-        return next(i + 1 for i, line in enumerate(lines) if text in line)
+    found, at = _lint(script)
 
     assert (at("t = self.sampler.sample"), "HL012") in found
     assert (at("took = self.mp.optimize"), "HL001") in found
