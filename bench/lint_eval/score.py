@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from hotloop.lint import lint_source  # noqa: E402
+from hotloop.lint.effects import linting  # noqa: E402
 
 
 def load_labels(only: list[str] | None = None) -> list[dict]:
@@ -59,12 +60,15 @@ def score(root: Path, docs: list[dict]) -> tuple[dict, list[str], list[str], int
     per = defaultdict(lambda: {"tp": 0, "fp": 0, "fn": 0})
     fps, fns, missing = [], [], 0
     for doc in docs:
+        # One lint run per project over its labelled files, as `hotloop lint <files>` would lint them.
+        run = [local_path(root, doc, f["path"]) for f in doc["files"]]
         for f in doc["files"]:
             p = local_path(root, doc, f["path"])
             if not p.exists():
                 missing += 1
                 continue
-            found = lint_source(p.read_text(encoding="utf-8-sig"), str(p))
+            with linting([x for x in run if x.exists()]):
+                found = lint_source(p.read_text(encoding="utf-8-sig"), str(p))
             labels = [dict(lab, hit=False) for lab in f.get("findings", [])]
             for hit in found:
                 match = next((lab for lab in labels if lab["code"] == hit.code and not lab["hit"]

@@ -23,6 +23,7 @@ from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo
 from hotloop.lint.checks import Edit, check
+from hotloop.lint.effects import linting
 from hotloop.lint.rules import RULES, explain
 
 __all__ = ["Finding", "FixReport", "RULES", "explain", "fix_report", "fix_source", "lint_paths", "lint_source",
@@ -190,20 +191,26 @@ def lint_paths(
     """Lint files and directories; with `fix`, apply the mechanical fixes first and record, per file, what
     changed and what was left alone in `fixes`."""
     findings: list[Finding] = []
-    for f in iter_files(paths, DEFAULT_EXCLUDE + list(exclude or [])):
-        try:
-            raw = f.read_bytes()
-            bom = raw.startswith(codecs.BOM_UTF8)  # valid Python (the interpreter skips it): kept on --fix
-            source = raw.decode("utf-8-sig")
-        except (OSError, UnicodeDecodeError) as e:
-            findings.append(Finding(str(f), 1, 1, "HL000", f"cannot read: {e}", "error"))
-            continue
-        if fix:
-            new, report = fix_report(source, select, ignore)
-            if report.changed:
-                f.write_bytes((codecs.BOM_UTF8 if bom else b"") + new.encode("utf-8"))
-                source = new
-            if fixes is not None and (report.changed or report.skipped):
-                fixes[str(f)] = report
-        findings += lint_source(source, str(f), select, ignore)
+    files = iter_files(paths, DEFAULT_EXCLUDE + list(exclude or []))
+    with linting(files):
+        for f in files:
+            findings += _lint_file(f, select, ignore, fix, fixes)
     return findings
+
+
+def _lint_file(f: Path, select: list[str] | None, ignore: list[str] | None, fix: bool,
+               fixes: dict[str, FixReport] | None) -> list[Finding]:  # fmt: skip
+    try:
+        raw = f.read_bytes()
+        bom = raw.startswith(codecs.BOM_UTF8)  # valid Python (the interpreter skips it): kept on --fix
+        source = raw.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as e:
+        return [Finding(str(f), 1, 1, "HL000", f"cannot read: {e}", "error")]
+    if fix:
+        new, report = fix_report(source, select, ignore)
+        if report.changed:
+            f.write_bytes((codecs.BOM_UTF8 if bom else b"") + new.encode("utf-8"))
+            source = new
+        if fixes is not None and (report.changed or report.skipped):
+            fixes[str(f)] = report
+    return lint_source(source, str(f), select, ignore)

@@ -21,7 +21,8 @@ from hotloop.lint.analysis import (
     walk_local,
 )
 from hotloop.lint.branches import BranchChecks, is_test
-from hotloop.lint.imports import cross_file_hits, remote_steps
+from hotloop.lint.effects import cross_file_hits
+from hotloop.lint.imports import remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks
 from hotloop.lint.provenance import HostProvenance, moves_to_device

@@ -68,6 +68,26 @@ def negated(test: ast.expr) -> bool:
     return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 
+COUNTER = re.compile(r"step|iter|update|^(i|it|idx|batch_idx|global_step)$", re.I)
+
+
+def first_step(test: ast.expr) -> bool:
+    """`step == 0`, `self.get_num_updates() == 0`, `epoch == start and i == 0`: a test true on the first
+    step only (a counter equal to zero, no `%`)."""
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    for c in parts:
+        if not (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)):
+            continue
+        sides = [c.left, c.comparators[0]]
+        zero = [x for x in sides if isinstance(x, ast.Constant) and x.value == 0]
+        other = [x for x in sides if x not in zero]
+        if zero and other and not any(isinstance(b, ast.BinOp) for b in ast.walk(other[0])):
+            last = dotted(other[0].func if isinstance(other[0], ast.Call) else other[0]).rpartition(".")[2]
+            if COUNTER.search(last):
+                return True
+    return False
+
+
 TARGETS = re.compile(r"targets?|labels?|y|ys|tgt|gt")
 ANOMALY = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?(isnan|isinf)\(|^not .*isfinite\(")
 
@@ -148,6 +168,10 @@ class GateModel:
                 return True
             if isinstance(n, ast.If) and child in n.body and ANOMALY.search(ast.unparse(n.test)):
                 return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
+            if isinstance(n, ast.If) and child in n.body and first_step(n.test):
+                return True  # `if self.get_num_updates() == 0: torch.cuda.empty_cache()`: the first step only
+            if isinstance(n, ast.ExceptHandler):
+                return True  # `except FloatingPointError: grad_norm = torch.tensor(0.0).cuda()`: on a failure only
             if isinstance(n, ast.If) and child is not n.test and self.boundary_gate(n):
                 branch = n.orelse if negated(n.test) else n.body
                 if child in branch:

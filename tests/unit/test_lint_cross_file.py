@@ -561,3 +561,100 @@ def test_a_state_dict_naming_the_epoch_does_not_make_the_save_path_vary(tmp_path
     found = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
     line = next(i + 1 for i, t in enumerate(script.read_text().splitlines()) if "tools.save_checkpoint" in t)
     assert (line, "HL021") in found
+
+
+FACTORY = {
+    "models/__init__.py": """
+        import importlib
+
+        def create_model(opt):
+            lib = importlib.import_module("models." + opt.model + "_model")
+            return getattr(lib, opt.model.upper() + "Model")(opt)
+        """,
+    "models/base_model.py": """
+        import torch
+
+        class BaseModel:
+            def set_input(self, input):
+                raise NotImplementedError
+        """,
+    "models/gan_model.py": """
+        import torch
+        from .base_model import BaseModel
+        from .losses import tv_loss
+
+        class GANModel(BaseModel):
+            def set_input(self, input):
+                self.real = input["A"].to(self.device)
+                if self.world_size > 1:  # an option of the object, set elsewhere
+                    print(self.real.sum().item())
+
+            def optimize_parameters(self):
+                loss = self.net(self.real).mean() + tv_loss(self.real)
+                loss.backward()
+                self.optimizer.step()
+        """,
+    "models/losses.py": """
+        import torch
+
+        def tv_loss(x):
+            scale = x.abs().amax().item()
+            try:
+                return (x[..., 1:] - x[..., :-1]).abs().mean() / scale
+            except ZeroDivisionError:
+                return torch.tensor(0.0).cuda()
+        """,
+    "train.py": """
+        import torch
+        from models import create_model
+
+        def main(opt, dataset, helper):
+            model = create_model(opt).cuda()
+            for epoch in range(opt.epochs):
+                for i, data in enumerate(dataset):
+                    model.set_input(data)
+                    try:
+                        model.optimize_parameters()
+                    except FloatingPointError:
+                        print("skipped a step", model.loss.item())
+                    helper.set_input(data)
+                    if i == 0:
+                        print("first loss", model.loss.item())
+        """,
+}
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+
+
+def test_an_object_built_by_a_factory_is_taken_for_the_project_class_its_name_says(tmp_path):
+    """`model = create_model(opt)` (a class chosen by name at run time): `model.set_input(data)` runs the
+    project's `GANModel.set_input` (a class with `Model` in its name and a body, not the abstract base), and
+    `optimize_parameters` reaches a loss in a third file (two files deep). An object whose name matches no
+    project class (`helper`) is not guessed; an `except` branch and an `i == 0` block are not per step."""
+    _write(tmp_path, FACTORY)
+    found, at = _lint(tmp_path / "train.py")
+    assert "gan_model.py" in found[(at("model.set_input"), "HL012")]
+    assert (at("model.set_input"), "HL001") not in found
+    message = found[(at("model.optimize_parameters"), "HL001")]
+    assert "gan_model.py" in message and "losses.py" in message and ".item()" in message
+    assert not any(line in (at("helper.set_input"), at("skipped a step"), at("first loss")) for line, _ in found)
+    assert not any(code in ("HL012", "HL020") and line != at("model.set_input") for line, code in found), found
+
+
+def test_a_read_the_helpers_own_lint_reports_is_not_repeated_in_one_run(tmp_path):
+    """Linted together, the model file reports its step's read at its own call of the loss, so the script's
+    call site does not repeat it; linted alone, the script gets it (the model file is not looked at)."""
+    from hotloop.lint import lint_paths
+
+    _write(tmp_path, FACTORY)
+    both = lint_paths([str(tmp_path / "train.py"), str(tmp_path / "models" / "gan_model.py")], select=["HL001"])
+    where = {(Path(f.path).name, f.line) for f in both}
+    model = (tmp_path / "models" / "gan_model.py").read_text().splitlines()
+    assert ("gan_model.py", next(i + 1 for i, t in enumerate(model) if "tv_loss(self.real)" in t)) in where
+    assert not any(name == "train.py" for name, _ in where)
+    alone = lint_paths([str(tmp_path / "train.py")], select=["HL001"])
+    assert [Path(f.path).name for f in alone] == ["train.py"]

@@ -1,0 +1,137 @@
+"""The class of an object the script did not construct: `model.set_input(data)` with `model = create_model(opt)`.
+
+Research code builds its models, losses and trainers through factories (`create_model(opt)`, `build_model(args)`,
+`construct_class_by_name(**cfg)`) or receives them as parameters (`train_one_epoch(model, criterion, ...)`), so
+the cross-file pass cannot see which class a hot call runs. The receiver's name usually says it: `criterion`
+is the project's `SetCriterion`, `mp_trainer` its `MixedPrecisionTrainer`, `nets.fan` its `FAN`. `guess`
+takes, among the project's classes that define the method called, the first (in path order) whose name or a
+base class's name contains a word of the receiver's name, and whose method does something (not `pass` or
+`raise NotImplementedError`: the abstract base). Subclasses of one base mostly share their data handling, so
+one stands for the others. The project is the folder holding the script and every project module it imports
+(or, when higher, the nearest folder above the script with a `.git`, `pyproject.toml`, `setup.py`,
+`requirements.txt` or README, at most four levels up).
+
+Methods every framework object has (`train`, `step`, `to`, `state_dict`, `forward`, ...) are never guessed:
+the receiver is as likely PyTorch's own object as the project's.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "README.md", "README.rst",
+                "README", "LICENSE")  # fmt: skip
+SKIP_DIRS = {"test", "tests", "docs", "doc", "build", "dist", "node_modules", "site-packages", "venv", "__pycache__"}
+MAX_FILES = 4000
+LEVELS_UP = 4
+# Methods of PyTorch's modules, optimizers, tensors and of Python's containers, loggers and files.
+COMMON = set(
+    """train eval zero_grad step to cuda cpu parameters named_parameters buffers named_buffers state_dict
+load_state_dict modules named_modules children apply float half double bfloat16 backward item append extend add
+get items keys values pop format join split mean sum size view reshape detach clone numpy tolist copy_ set_epoch
+log info debug warning write flush close print reset register_buffer register_parameter requires_grad_ add_scalar
+add_scalars add_image scale unscale_ set_description set_postfix sample_batch __call__ forward update""".split()
+)
+GENERIC = {"self", "module", "modules", "the", "obj", "cur", "new", "old", "main", "base", "args", "opt", "cfg",
+           "config", "model_without_ddp", "ddp", "unwrap"}  # fmt: skip
+
+_FILES: dict[Path, list[tuple[Path, str]]] = {}
+_TREES: dict[Path, ast.Module | None] = {}
+_DEFS: dict[tuple[Path, str], list[tuple[Path, str, list[str]]]] = {}
+
+
+def project_root(file: Path, imported: list[Path]) -> Path | None:
+    """The folder that holds `file` and the project modules it imports, or the marked root above it."""
+    if not imported:
+        return None
+    common = Path(os.path.commonpath([file.parent, *(f.parent for f in imported)]))
+    for d in [file.parent, *list(file.parent.parents)[:LEVELS_UP]]:
+        if any((d / m).exists() for m in ROOT_MARKERS):
+            return common if common in d.parents else d  # the higher of the two
+    return common
+
+
+def _files(root: Path) -> list[tuple[Path, str]]:
+    if root not in _FILES:
+        out: list[tuple[Path, str]] = []
+        for d, dirs, names in os.walk(root):
+            dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x not in SKIP_DIRS)
+            for n in sorted(names):
+                if n.endswith(".py") and len(out) < MAX_FILES:
+                    try:
+                        out.append((Path(d) / n, (Path(d) / n).read_text(encoding="utf-8-sig", errors="replace")))
+                    except OSError:
+                        continue
+        _FILES[root] = out
+    return _FILES[root]
+
+
+def _tree(file: Path, text: str) -> ast.Module | None:
+    if file not in _TREES:
+        try:
+            _TREES[file] = ast.parse(text)
+        except (SyntaxError, ValueError):
+            _TREES[file] = None
+    return _TREES[file]
+
+
+def _trivial(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """`pass`, `...`, a docstring or `raise NotImplementedError`: an abstract method."""
+    return all(isinstance(s, (ast.Pass, ast.Raise)) or isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+               for s in fn.body)  # fmt: skip
+
+
+METHOD_DEF = re.compile(r"^\s+(?:async\s+)?def\s+(\w+)\s*\(", re.M)
+_METHODS: dict[Path, dict[str, list[tuple[Path, str]]]] = {}
+
+
+def _methods(root: Path) -> dict[str, list[tuple[Path, str]]]:
+    """Method name -> the project files (with their text) that define a method of that name: one pass."""
+    if root not in _METHODS:
+        index: dict[str, list[tuple[Path, str]]] = {}
+        for file, text in _files(root):
+            for name in set(METHOD_DEF.findall(text)):
+                index.setdefault(name, []).append((file, text))
+        _METHODS[root] = index
+    return _METHODS[root]
+
+
+def definitions(root: Path, meth: str) -> list[tuple[Path, str, list[str]]]:
+    """(file, class, names of the class and its bases) of each project class whose own `meth` does something."""
+    key = (root, meth)
+    if key not in _DEFS:
+        out = []
+        for file, text in _methods(root).get(meth, []):
+            if (tree := _tree(file, text)) is None:
+                continue
+            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+                fn = next((m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and m.name == meth), None)  # fmt: skip
+                if fn is not None and not _trivial(fn):
+                    bases = [ast.unparse(b).rpartition(".")[2] for b in cls.bases]
+                    out.append((file, cls.name, [cls.name, *bases]))
+        _DEFS[key] = out
+    return _DEFS[key]
+
+
+def words(receiver: str) -> list[str]:
+    """`self.mp_trainer` -> ['trainer'] (and 'mp' is too short); `nets.fan` -> ['fan']; `criterion` -> ['criterion']."""
+    last = receiver.rpartition(".")[2]
+    if last.lower() in GENERIC:
+        return []
+    parts = re.split(r"_|(?<=[a-z])(?=[A-Z])", last)
+    return [p.lower() for p in parts if len(p) >= 3 and p.lower() not in GENERIC]
+
+
+def guess(file: Path, root: Path | None, receiver: str, meth: str) -> tuple[Path, str] | None:
+    """(file, 'Class.meth') the call `receiver.meth(...)` most likely runs, by the receiver's name, among the
+    classes under `root` (`project_root`)."""
+    if root is None or meth in COMMON or meth.startswith("_") or not (ws := words(receiver)):
+        return None
+    for path, cls, names in definitions(root, meth):
+        if path != file and any(w in n.lower() for w in ws for n in names):
+            return path, f"{cls}.{meth}"
+    return None

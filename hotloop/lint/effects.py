@@ -1,0 +1,345 @@
+"""Effects across files: what a helper of the script's own project does when the hot loop calls it.
+
+When a hot region calls a project function, or an instance of a project class (its `__call__` or
+`forward`), the helper's module is analysed again with that function made hot, and each host read (or device
+synchronisation) it makes is reported at the call site, naming the file and line inside. Two levels deep: a
+hot helper's own calls into a third file of the project are followed once more (a loss's `forward` calling
+`box_ops.generalized_iou(...)`, a model's step calling its loss module), and what they add is reported at the
+script's call site, the chain named in the message. Deeper chains are not. A read the helper's file makes
+hot in its own loops is reported by that file's own lint when both are linted in one run (`linting`), and at
+the call site when the script is linted alone. Training-loop calls are checked for in-place saves (HL021)
+and loaders (HL011) built inside the helper.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+
+EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
+MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
+NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
+ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
+DEPTH = 2  # files followed from the linted script: its helpers, and theirs
+_EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple[str, int, str, bool, bool, bool]]] = {}
+LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
+_LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
+
+
+@contextmanager
+def linting(files: list[Path]) -> Iterator[None]:
+    """Within: `files` are one lint run, so a helper's read that its own file's lint reports is not repeated
+    at the call sites of the other files (linted alone, a script gets every read of its helpers)."""
+    LINTED.update(str(f.resolve()) for f in files)
+    try:
+        yield
+    finally:
+        LINTED.clear()
+
+
+def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
+    n = mi.parent.get(node)
+    while n is not None and n not in fns:
+        n = mi.parent.get(n)
+    return n is not None
+
+
+def _if_tests(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.expr]:
+    """The tests of the `if` statements `node` sits under."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and not isinstance(n, ast.Module):
+        if isinstance(n, ast.If) and child is not n.test:
+            yield n.test
+        child, n = n, mi.parent.get(n)
+
+
+def _tensor_test(test: ast.expr) -> bool:
+    """`isinstance(v, torch.Tensor)`, `torch.is_tensor(v)`, `hasattr(v, "item")`."""
+    if not isinstance(test, ast.Call):
+        return False
+    name, args = call_name(test), test.args
+    if name.endswith("is_tensor") or name == "isinstance" and len(args) == 2 and "Tensor" in dotted(args[1]):
+        return True
+    return name == "hasattr" and len(args) == 2 and isinstance(args[1], ast.Constant) and args[1].value == "item"
+
+
+def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if isinstance(v, torch.Tensor):`: a read that only happens when the caller passes a tensor (a
+    metric logger's `update(loss=loss_value)` given a float reads nothing)."""
+    return any(_tensor_test(t) for t in _if_tests(mi, node))
+
+
+def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if self.autobalance:` / `if not self.flag:` / `if self._sync_stats():` / `if self.world_size > 1:`:
+    an option of the helper whose value is set elsewhere (often off by default): not known to run every step."""
+    for t in _if_tests(mi, node):
+        t = t.operand if isinstance(t, ast.UnaryOp) else t
+        if isinstance(t, ast.Compare) and all(isinstance(c, ast.Constant) for c in t.comparators):
+            t = t.left
+        if isinstance(t, ast.Call) and not t.args and not t.keywords:
+            t = t.func
+        if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):
+            return True
+    return False
+
+
+def _once(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if key not in cache:` / `if self.buf is None:`: built on the first call and kept (HiFi-GAN's
+    `mel_basis`), not every step."""
+    return any(isinstance(t, ast.Compare) and any(isinstance(o, (ast.NotIn, ast.Is)) for o in t.ops)
+               for t in _if_tests(mi, node))  # fmt: skip
+
+
+def _assigned_to(mi: ModuleInfo, node: ast.AST) -> set[str]:
+    """The names `node`'s value is assigned to (`x_reduce = torch.tensor(x).cuda()`)."""
+    parent = mi.parent.get(node)
+    return {x for t in parent.targets for x in target_names(t)} if isinstance(parent, ast.Assign) else set()
+
+
+def _base(e: ast.AST) -> str:
+    """The name a chain of methods, attributes and indexes starts from: `x_reduce` of `x_reduce.sum().item()`
+    (not `state` of `self.actor(state).cpu()`: that reads the actor's output)."""
+    while isinstance(e, (ast.Call, ast.Attribute, ast.Subscript)):
+        e = e.func if isinstance(e, ast.Call) else e.value
+    return e.id if isinstance(e, ast.Name) else ""
+
+
+def _empty(c: ast.AST) -> bool:
+    """`torch.empty(0).to(x.device)`: nothing to copy."""
+    recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
+    return isinstance(recv, ast.Call) and recv.args[:1] != [] and ast.unparse(recv.args[0]) in ("0", "(0,)")
+
+
+@contextmanager
+def _called(file: Path, name: str, every_step: bool, device_code: bool = False) -> Iterator[tuple[ModuleInfo, list]]:
+    """The helper `name` of `file` (followed through re-exports) as a call from the linted script makes it:
+    hot (`every_step`) or training code, with what it reaches in its own file. Yields the module and the rule
+    hits inside what the call made so (its own rules only: one level deep); empty when there is no such
+    function or no PyTorch in the file. The module's own state comes back afterwards."""
+    from hotloop.lint.checks import TORCH_CODE, Checker
+
+    file, name = defining(file, name)
+    mi = load_module(file, file.stat().st_mtime)
+    fn = find_def(mi.tree, name) if mi is not None and TORCH_CODE.search(mi.source) else None
+    if mi is None or fn is None:
+        yield mi, []  # type: ignore[misc]
+        return
+    saved = (mi.device_code, set(mi.hot_functions), set(mi.train_functions), mi.hot_loops)
+    mi.device_code = mi.device_code or device_code  # the caller moves data to the device: so does this
+    if every_step:  # what the call runs, even where the file's own loops run it too (the script may be linted alone)
+        mi.hot_functions, mi.hot_loops = set(), set()
+        mi.propagate(fn)
+        made = set(mi.hot_functions)
+    else:
+        mi.train_functions.add(fn)
+        mi.propagate()
+        made = mi.train_functions - saved[2]
+    mi.made, mi.own_hot = made, saved[1] | saved[3]  # type: ignore[attr-defined]
+    try:
+        yield mi, [h for h in Checker(mi).run() if _inside(mi, h.node, made)]
+    finally:
+        mi.device_code, mi.hot_functions, mi.train_functions, mi.hot_loops = saved
+        mi.made = mi.own_hot = set()  # type: ignore[attr-defined]  # the next name starts from the file as is
+
+
+def effects(
+    file: Path, name: str, device_code: bool, depth: int = DEPTH
+) -> list[tuple[str, int, str, bool, bool, bool]]:
+    """(code, line, message, only if given a tensor, copies host-made data, hot in the file's own loops) of
+    each read that calling `name` every step adds inside `file` (and, with `depth` left, in the project
+    files its hot code calls). A read the file's own loops make hot is reported when that file is linted."""
+    from hotloop.lint.checks import Checker
+
+    key = (str(file), file.stat().st_mtime, name, device_code, depth)
+    if key not in _EFFECTS:
+        with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
+            kept = [h for h in hits if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
+                    and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)]  # fmt: skip
+            checker = Checker(mi)
+            made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
+                    for h in kept}  # fmt: skip
+            # A helper that reads back what it copied (`r = torch.tensor(x).cuda()`, all_reduce, `r.item()`)
+            # waits for the device anyway: its read is the finding, not the copy.
+            read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}
+            own = getattr(mi, "own_hot", set())
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node), made[id(h)],
+                              _inside(mi, h.node, own)) for h in kept
+                             if not (made[id(h)] and _assigned_to(mi, h.node) & read)]  # fmt: skip
+            if depth > 1 and mi is not None:
+                seen = {(line, code) for code, line, *_ in _EFFECTS[key]}
+                _EFFECTS[key] += [(code, c.lineno, message, False, False, _inside(mi, c, own)) for code, c, message
+                                  in hot_call_hits(mi, Project.of(mi), seen, depth - 1, getattr(mi, "made", set()))
+                                  if not _switched(mi, c) and not _once(mi, c)]  # fmt: skip
+    return _EFFECTS[key]
+
+
+def saves_in(file: Path, name: str) -> list[tuple[int, str]]:
+    """(line, message) of each in-place `torch.save` (HL021) that calling `name` from a training loop makes:
+    `utils.save_checkpoint(state, is_best)` writing `checkpoint.pth.tar`, `policy.save(path)`."""
+    key = (str(file), file.stat().st_mtime, name, "saves")
+    if key not in _EFFECTS:
+        with _called(file, name, every_step=False) as (_, hits):
+            _EFFECTS[key] = [
+                ("HL021", h.node.lineno, h.message, False, False, False) for h in hits if h.code == "HL021"
+            ]
+    return [(line, message) for _, line, message, *_ in _EFFECTS[key]]
+
+
+def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
+    """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
+    the parameter's default) decides."""
+    value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
+    if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    names = [a.arg for a in fn.args.args]
+    params = names[1:] if names[:1] == ["self"] else names
+    defaults = dict(zip(names[len(names) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
+    given = next((k.value for k in call.keywords if k.arg == value.id), None)
+    if given is None and value.id in params and params.index(value.id) < len(call.args):
+        given = call.args[params.index(value.id)]
+    if given is None:  # not passed (or passed through *args/**kwargs we cannot see): the default, if any
+        given = defaults.get(value.id)
+    return isinstance(given, ast.Constant) and given.value == 0
+
+
+def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list[tuple[int, list[str]]]:
+    """(line, missing options) of each DataLoader with workers that `name` builds in `file`, judged with the
+    caller's CUDA-ness and whether the caller re-iterates what the call returns."""
+    from hotloop.lint.checks import Checker
+
+    key = (str(file), file.stat().st_mtime, name)
+    if key not in _LOADERS:  # most helpers build no loader: find that out once, from the text first
+        try:
+            text = file.read_text(encoding="utf-8-sig", errors="replace")
+        except OSError:
+            text = ""
+        mi = load_module(file, key[1]) if "DataLoader" in text else None
+        fn = find_def(mi.tree, name, ("__init__",)) if mi is not None else None
+        calls = [d for d in ast.walk(fn) if isinstance(d, ast.Call)
+                 and call_name(d).split(".")[-1] == "DataLoader"] if fn is not None else []  # fmt: skip
+        _LOADERS[key] = (mi, fn, calls) if fn is not None and calls else None
+    if _LOADERS[key] is None:
+        return []
+    mi, fn, calls = _LOADERS[key]  # type: ignore[misc]
+    helper = Checker(mi)
+    out = []
+    for d in calls:
+        if not _no_workers(d, fn, call):
+            missing = helper.loader_missing(d, caller.mi.uses_cuda, lambda: caller._reiterated(call))  # type: ignore[attr-defined]
+            if missing:
+                out.append((d.lineno, missing))
+    return out
+
+
+def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
+    """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
+    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows."""
+    fn = mi.enclosing_function(c)
+    exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
+    exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
+    texts = [ast.unparse(a) for a in exprs if not isinstance(a, ast.Constant)]
+    for _ in range(2):  # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
+        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        exprs = [v for name in names for v in assigned_values(name, walk_local(fn))]
+        texts += [ast.unparse(v) for v in exprs]
+    return any(re.search(r"epoch(?!s)|step|iter", t, re.I) for t in texts)  # not `epochs`: a total
+
+
+def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`model.save(path); break` (or `return`): the final save on the way out of the loop, made once."""
+    stmt: ast.AST | None = c
+    while stmt is not None and not isinstance(stmt, ast.stmt):
+        stmt = mi.parent.get(stmt)
+    block = next((b for f in ("body", "orelse") if isinstance(b := getattr(mi.parent.get(stmt), f, None), list)
+                  and stmt in b), None)  # fmt: skip
+    after = block[block.index(stmt) + 1 :] if block is not None else []
+    return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
+
+
+def _where(project: Project, file: Path) -> str:
+    """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
+    return os.path.relpath(file, project.file.parent) if project.file else str(file)
+
+
+def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, str]]:
+    """HL011 at each call of a project helper that builds a DataLoader lacking options this caller needs
+    (`train_loader = build_loader(cfg)` iterated every epoch, a loader made in a class's `__init__`)."""
+    from hotloop.lint.checks import Checker
+
+    caller, out = None, []
+    for c in mi.nodes:
+        if not isinstance(c, ast.Call) or mi.in_hot(c) or (target := project.callee(c)) is None:
+            continue
+        if "." in target[1]:  # a method of an instance (`trainer.run()`): its loaders' lifetime is not seen here
+            continue
+        where = _where(project, target[0])
+        caller = caller or Checker(mi)
+        for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
+            out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
+                                    f"without {' and '.join(missing)}"))  # fmt: skip
+    return out
+
+
+def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[str, ast.Call, str]]:
+    """(code, call, message) for each hot call whose helper in another file reads on the host."""
+    project = Project.of(mi)
+    if not (project.names or project.modules):
+        return []
+    out = [h for h in loader_hits(mi, project) if (h[1].lineno, h[0]) not in seen]
+    for c in mi.nodes:  # in-place saves inside a project helper the training loop calls
+        if (isinstance(c, ast.Call) and mi.in_training_loop(c) and (c.lineno, "HL021") not in seen
+                and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
+            # An epoch or step in the call may name the file inside the helper, several names deep: no claim then.
+            for line, message in saves_in(*target)[:1] if not (_varying_args(mi, c) or _then_leaves(mi, c)) else []:
+                seen.add((c.lineno, "HL021"))
+                where = _where(project, defining(*target)[0])
+                out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
+                                        f"{message}"))  # fmt: skip
+    return out + hot_call_hits(mi, project, seen)
+
+
+def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], depth: int = DEPTH,
+                  within: set[ast.AST] | None = None) -> list[tuple[str, ast.Call, str]]:  # fmt: skip
+    """(code, call, message) for each hot call (in `within`, when given) whose helper in another project
+    file reads on the host."""
+    out = []
+    for c in mi.nodes:
+        if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):
+            continue
+        if within is not None and not _inside(mi, c, within):
+            continue
+        target = project.callee(c)
+        if target is None:
+            continue
+        file, name = target
+        acts = not_a_step(name)
+        if acts and not ACTS.search(name.rpartition(".")[2]):
+            continue
+        defined = defining(file, name)[0]
+        where = _where(project, defined)
+        linted = str(defined.resolve()) in LINTED
+        given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
+        for code, line, message, if_tensor, host_made, own in effects(file, name, mi.device_code, depth):
+            if (c.lineno, code) in seen or code == "HL012" and not (MOVER.search(name) or host_made):
+                continue
+            if own and linted:  # the helper's file is linted too, and reports this read itself
+                continue
+            if acts and not host_made:  # an agent's `select_action`: its reads are its job, its copies are not
+                continue
+            if if_tensor and code != "HL012":  # a mover's `isinstance` test walks a batch's containers instead
+                if given is None:
+                    info = mi.function_info(c)
+                    args = [*c.args, *(k.value for k in c.keywords)]
+                    given = any(mi.kind(a, info) == "tensor" for a in args)
+                if not given:
+                    continue
+            seen.add((c.lineno, code))
+            out.append((code, c, f"`{call_name(c)}(...)` runs every step, and in it ({where}:{line}): {message}"))
+    return out
