@@ -21,7 +21,7 @@ from hotloop.lint.analysis import (
     walk_local,
 )
 from hotloop.lint.branches import BranchChecks, is_test
-from hotloop.lint.effects import cross_file_hits
+from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.imports import remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks
@@ -143,7 +143,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
                 values += [k.value for k in c.keywords]
                 values += [v for a in values if isinstance(a, ast.Dict) for v in a.values]
                 shown = next((a for a in values if self.tensor(a)), None)
-                if shown is not None:
+                if shown is not None and not (meth == "update" and keeps_tensors(self.mi, c)):
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
             fmt = c.func.value if meth == "format" and isinstance(c.func, ast.Attribute) else None
             if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 
 EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
@@ -87,7 +88,26 @@ def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
             t = t.func
         if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):
             return True
+        if isinstance(t, ast.Name) and _optional(mi, t, node):
+            return True
     return False
+
+
+def _optional(mi: ModuleInfo, name: ast.Name, node: ast.AST) -> bool:
+    """`if imgs is not None:` with `imgs=None` a parameter, or `imgs = kwargs.get("imgs", None)`: a debug or
+    optional path the caller may never take (EfficientDet's loss draws its boxes only when given images)."""
+    if TARGETS.fullmatch(name.id):  # `if targets is not None:` in a forward: the training path, every step
+        return False
+    fn = mi.enclosing_function(node)
+    args = getattr(fn, "args", None)
+    if args is not None:
+        pos = [*args.posonlyargs, *args.args]
+        defaults = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True))
+        defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)
+        if isinstance(d := defaults.get(name.id), ast.Constant) and d.value is None:
+            return True
+    return any(isinstance(v, ast.Call) and call_name(v).rpartition(".")[2] == "get" for v in
+               assigned_values(name.id, walk_local(fn)))  # fmt: skip
 
 
 def _once(mi: ModuleInfo, node: ast.AST) -> bool:
@@ -178,6 +198,22 @@ def effects(
                                   in hot_call_hits(mi, Project.of(mi), seen, depth - 1, getattr(mi, "made", set()))
                                   if not _switched(mi, c) and not _once(mi, c)]  # fmt: skip
     return _EFFECTS[key]
+
+
+HOST_READ = re.compile(r"\.item\(|\bfloat\(|\bint\(|\.cpu\(|\.tolist\(|\.numpy\(|\bnp\.|format|print")
+
+
+def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`self.meter.update(**outputs)` running the project's meter, which stores what it is given (detached)
+    and reads nothing (YOLOX's `MeterBuffer`): the tensors stay on the device until a log boundary."""
+    target = Project.of(mi).callee(c)
+    if target is None:
+        return False
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    fn = find_def(helper.tree, name) if helper is not None else None
+    text = ast.get_source_segment(helper.source, fn) or "" if fn is not None else ""
+    return bool(text) and not HOST_READ.search(text)
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str]]:

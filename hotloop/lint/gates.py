@@ -31,8 +31,9 @@ def is_optimizer_step(node: ast.AST) -> bool:
 
 
 def gate_word(name: str) -> bool:
+    """A name saying log/eval/save/... (`last_epoch` is the epoch a run resumed from, not a last-step test)."""
     words = re.split(r"[_\W]+|(?<=[a-z])(?=[A-Z])", name.lower())
-    return any(w in GATE_WORDS for w in words)
+    return name.lower() != "last_epoch" and any(w in GATE_WORDS for w in words)
 
 
 def is_gate(test: ast.expr) -> bool:
@@ -43,13 +44,20 @@ def is_gate(test: ast.expr) -> bool:
     for n in ast.walk(test):
         if id(n) in existence:
             continue
-        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not _a_size(n.left):
             return True
         if isinstance(n, ast.Name) and gate_word(n.id):
             return True
         if isinstance(n, ast.Attribute) and gate_word(n.attr):
             return True
     return False
+
+
+def _a_size(e: ast.expr) -> bool:
+    """`X.size(0) % world_size`, `len(batch) % n`, `x.shape[0] % k`: a divisibility test of a size (a batch
+    that does not split evenly), not a period."""
+    return any(isinstance(n, ast.Call) and (dotted(n.func) == "len" or method_name(n) == "size")
+               or isinstance(n, ast.Attribute) and n.attr == "shape" for n in ast.walk(e))  # fmt: skip
 
 
 def terminal(stmt: ast.stmt, loop: bool) -> bool:

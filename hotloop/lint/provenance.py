@@ -23,7 +23,9 @@ def moves_to_device(c: ast.Call) -> bool:
     if meth == "cuda":
         return True
     first = dotted(c.args[0]) if c.args else ""
-    dtype = bool(first) and (first.startswith("torch.") or "dtype" in first) and "device" not in first
+    last = first.rpartition(".")[2].lower()
+    dtype = bool(first) and (first.startswith("torch.") or "dtype" in last or last.endswith("_type")
+                             or last in ("half", "precision")) and "device" not in first  # fmt: skip
     return meth == "to" and (bool(c.args) and not dtype or _kw(c, "device") is not None)
 
 
