@@ -24,7 +24,7 @@ from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 
-EFFECT_CODES = {"HL001", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
+EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
@@ -117,6 +117,18 @@ def _once(mi: ModuleInfo, node: ast.AST) -> bool:
                for t in _if_tests(mi, node))  # fmt: skip
 
 
+REDUCTIONS = {"sum", "max", "min", "any", "all", "mean", "amax", "amin", "isfinite", "isnan", "isinf", "equal"}
+
+
+def _reduces(node: ast.AST) -> bool:
+    """A branch in another file's code whose test computes on a tensor (`if torch.min(y) < -1.`, `assert
+    labels.max() < n`, `if (matching > 1).sum() > 0`): the kind of a bare name or attribute there (`if
+    self.norm:`, `if t == 0:`) is a guess, mostly a module's option."""
+    test = getattr(node, "test", node)
+    return any(isinstance(n, ast.Call) and (call_name(n).rpartition(".")[2] in REDUCTIONS)
+               for n in ast.walk(test))  # fmt: skip
+
+
 def _assigned_to(mi: ModuleInfo, node: ast.AST) -> set[str]:
     """The names `node`'s value is assigned to (`x_reduce = torch.tensor(x).cuda()`)."""
     parent = mi.parent.get(node)
@@ -181,7 +193,8 @@ def effects(
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
             kept = [h for h in hits if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
-                    and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)]  # fmt: skip
+                    and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)
+                    and (h.code != "HL005" or _reduces(h.node))]  # fmt: skip
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip
