@@ -309,11 +309,12 @@ class ModuleInfo(KindModel, GateModel):
         for name, fns in self.functions.items():
             if STEP_FUNCTION.search(name) or PER_STEP_METHOD.match(name):
                 self.hot_functions.update(fns)
-            # A function that itself runs backward and steps the optimizer, with no loop over data of its own (a
-            # step closure a factory returns, a trainer's `optimize_parameters`), is one step wherever it is called.
+            # A function that itself runs backward (or zero_grad: the model's forward may run backward, FUNIT's
+            # `gen_update`) and steps the optimizer, with no loop over data of its own (a step closure a factory
+            # returns, a trainer's `optimize_parameters`), is one step wherever it is called.
             for fn in fns if name in self.step_functions else ():
                 calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)]
-                if (any(isinstance(c.func, ast.Attribute) and c.func.attr == "backward" for c in calls)
+                if (any(isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "zero_grad") for c in calls)
                         and any(is_optimizer_step(c) for c in calls)
                         and not self._loops_over_data(fn, whiles=True)):  # fmt: skip
                     self.hot_functions.add(fn)

@@ -173,7 +173,8 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.train_functions.add(fn)
         mi.propagate()
         made = mi.train_functions - saved[2]
-    mi.made, mi.own_hot = made, saved[1] | saved[3]  # type: ignore[attr-defined]
+    # What the file's own lint reports: its hot code, if it reads as device code on its own.
+    mi.made, mi.own_hot = made, (saved[1] | saved[3]) if saved[0] else set()  # type: ignore[attr-defined]
     try:
         yield mi, [h for h in Checker(mi).run() if _inside(mi, h.node, made)]
     finally:
@@ -219,6 +220,10 @@ HOST_READ = re.compile(r"\.item\(|\bfloat\(|\bint\(|\.cpu\(|\.tolist\(|\.numpy\(
 def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     """`self.meter.update(**outputs)` running the project's meter, which stores what it is given (detached)
     and reads nothing (YOLOX's `MeterBuffer`): the tensors stay on the device until a log boundary."""
+    local = mi.targets_of(c)
+    if local:  # the meter class is in this file
+        texts = [ast.get_source_segment(mi.source, fn) or "" for fn in local]
+        return all(t and not HOST_READ.search(t) for t in texts)
     target = Project.of(mi).callee(c)
     if target is None:
         return False
@@ -229,16 +234,43 @@ def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     return bool(text) and not HOST_READ.search(text)
 
 
-def saves_in(file: Path, name: str) -> list[tuple[int, str]]:
-    """(line, message) of each in-place `torch.save` (HL021) that calling `name` from a training loop makes:
-    `utils.save_checkpoint(state, is_best)` writing `checkpoint.pth.tar`, `policy.save(path)`."""
+def saves_in(file: Path, name: str) -> list[tuple[int, str, bool]]:
+    """(line, message, whether the path depends on the helper's parameters) of each in-place `torch.save`
+    (HL021) that calling `name` from a training loop makes: `utils.save_checkpoint(state, is_best)` writing
+    `checkpoint.pth.tar`, `policy.save(path)`."""
     key = (str(file), file.stat().st_mtime, name, "saves")
     if key not in _EFFECTS:
-        with _called(file, name, every_step=False) as (_, hits):
-            _EFFECTS[key] = [
-                ("HL021", h.node.lineno, h.message, False, False, False) for h in hits if h.code == "HL021"
-            ]
-    return [(line, message) for _, line, message, *_ in _EFFECTS[key]]
+        with _called(file, name, every_step=False) as (mi, hits):
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False, _path_from_params(mi, h.node))
+                             for h in hits if h.code == "HL021"]  # fmt: skip
+    return [(line, message, params) for _, line, message, _, _, params in _EFFECTS[key]]
+
+
+def _path_from_params(mi: ModuleInfo, save: ast.AST) -> bool:
+    """`torch.save(state, os.path.join(d, f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments
+    back): the caller's arguments name the file. `torch.save(state, "latest.pth")` beside an `epoch` parameter
+    that only goes into the state: they do not. Names are followed five assignments (or loop targets) back."""
+    fn = mi.enclosing_function(save)
+    args = getattr(fn, "args", None)
+    if not isinstance(save, ast.Call) or args is None:
+        return True
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self"}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    path = save.args[1] if len(save.args) > 1 else next((k.value for k in save.keywords if k.arg == "f"), None)
+    exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
+    for _ in range(5):
+        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        if names & params:
+            return True
+        loops = [(f.iter, set(target_names(f.target))) for f in walk_local(fn) if isinstance(f, ast.For)]
+        loops += [
+            (w.context_expr, set(target_names(w.optional_vars)))
+            for w in walk_local(fn)
+            if isinstance(w, ast.withitem) and w.optional_vars is not None
+        ]  # `with open(p, "wb") as f:`
+        exprs = [v for n in names for v in assigned_values(n, walk_local(fn))]
+        exprs += [it for it, bound in loops if bound & names]  # `for path in paths: save(s, path)`
+    return False
 
 
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
@@ -345,8 +377,10 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
     for c in mi.nodes:  # in-place saves inside a project helper the training loop calls
         if (isinstance(c, ast.Call) and mi.in_training_loop(c) and (c.lineno, "HL021") not in seen
                 and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
-            # An epoch or step in the call may name the file inside the helper, several names deep: no claim then.
-            for line, message in saves_in(*target)[:1] if not (_varying_args(mi, c) or _then_leaves(mi, c)) else []:
+            # An epoch or step in the call may name the file inside the helper (through its parameters): no
+            # claim then; a path the helper builds without them is in place whatever the call passes.
+            varying, leaves = _varying_args(mi, c), _then_leaves(mi, c)
+            for line, message, _ in [h for h in saves_in(*target) if not (varying and h[2] or leaves)][:1]:
                 seen.add((c.lineno, "HL021"))
                 where = _where(project, defining(*target)[0])
                 out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "

@@ -257,9 +257,11 @@ def test_methods_of_a_project_class_instance_are_followed(tmp_path):
 def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_path):
     """`policy.save(path)` (TD3) or `save_checkpoint(state)` writing a fixed file from the training loop:
     HL021 at the call, naming the helper's line. A call naming the epoch (`save_checkpoint(state, epoch)`)
-    may write a new file each time: no claim. An exporter's `model.bin` is an artefact, not the checkpoint."""
+    may write a new file each time: no claim when the helper's path is built from its parameters. An
+    exporter's `model.bin` is an artefact, not the checkpoint."""
     (tmp_path / "agent.py").write_text(
         textwrap.dedent("""
+        import os
         import torch
 
         class Agent:
@@ -272,6 +274,11 @@ def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_pa
         def save_checkpoint(state, epoch=0):
             torch.save(state, "checkpoint.pth.tar")
 
+        def save_epoch(state, epoch, out_dir):
+            name = f"ckpt_{epoch}.pth"
+            with open(os.path.join(out_dir, name), "wb") as f:
+                torch.save(state, f)
+
         def model_export(model, path):
             torch.save(model.state_dict(), path)
     """)
@@ -280,7 +287,7 @@ def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_pa
     script.write_text(
         textwrap.dedent("""
         import torch
-        from agent import Agent, save_checkpoint, model_export
+        from agent import Agent, save_checkpoint, save_epoch, model_export
 
         def main(net, loader, opt, epochs):
             net.cuda()
@@ -291,6 +298,7 @@ def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_pa
                     opt.step()
                 policy.save("./models/td3")
                 save_checkpoint({"model": net.state_dict()}, epoch)
+                save_epoch({"model": net.state_dict()}, epoch, "runs")
                 model_export(net, "model.bin")
     """)
     )
@@ -298,10 +306,13 @@ def test_an_in_place_save_inside_a_project_helper_is_reported_at_the_call(tmp_pa
     lines = script.read_text().splitlines()
     at = {
         k: next(i + 1 for i, t in enumerate(lines) if k in t)
-        for k in ("policy.save", "save_checkpoint(", "model_export(net")
+        for k in ("policy.save", "save_checkpoint(", "save_epoch(", "model_export(net")
     }
     assert "agent.py" in found[(at["policy.save"], "HL021")]
-    assert (at["save_checkpoint("], "HL021") not in found and (at["model_export(net"], "HL021") not in found
+    # The epoch given to save_checkpoint goes nowhere near its path ("checkpoint.pth.tar"): in place all the same.
+    assert "agent.py" in found[(at["save_checkpoint("], "HL021")]
+    # save_epoch names its file by the epoch it is given (through a name and an `open(...) as f`): a new file.
+    assert (at["save_epoch("], "HL021") not in found and (at["model_export(net"], "HL021") not in found
 
 
 MODELS = """
@@ -597,8 +608,11 @@ FACTORY = {
     "models/losses.py": """
         import torch
 
-        def tv_loss(x):
+        def tv_loss(x, imgs=None):
             scale = x.abs().amax().item()
+            assert x.amin() >= -1e9  # a branch on a reduction: a read
+            if imgs is not None:  # a debug path the caller does not take
+                draw(imgs.cpu())
             try:
                 return (x[..., 1:] - x[..., :-1]).abs().mean() / scale
             except ZeroDivisionError:
@@ -641,6 +655,8 @@ def test_an_object_built_by_a_factory_is_taken_for_the_project_class_its_name_sa
     assert (at("model.set_input"), "HL001") not in found
     message = found[(at("model.optimize_parameters"), "HL001")]
     assert "gan_model.py" in message and "losses.py" in message and ".item()" in message
+    assert "losses.py" in found[(at("model.optimize_parameters"), "HL005")]
+    assert (at("model.optimize_parameters"), "HL007") not in found
     assert not any(line in (at("helper.set_input"), at("skipped a step"), at("first loss")) for line, _ in found)
     assert not any(code in ("HL012", "HL020") and line != at("model.set_input") for line, code in found), found
 

@@ -714,9 +714,65 @@ QUIET = {
                 opt.step()
         """,
     ),
+    "a project meter that stores the tensors it is given is no HL002 (YOLOX's MeterBuffer)": (
+        "HL002",
+        """
+        class MeterBuffer(dict):
+            def update(self, values=None, **kwargs):
+                for k, v in kwargs.items():
+                    if isinstance(v, torch.Tensor):
+                        v = v.detach()
+                    self.setdefault(k, []).append(v)
+
+        def train(model, loader, opt):
+            meter = MeterBuffer()
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+                meter.update(loss=loss)
+        """,
+    ),
 }
 
 REPORTED = {
+    "a resume skip naming `last_epoch` is no log gate: what follows it runs every step (HL001; W)": (
+        "HL001",
+        """
+        def train(model, loader, opt, step, last_epoch, per_epoch):
+            for it, (x, y) in enumerate(loader):
+                if it < step - last_epoch * per_epoch:
+                    continue
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+                print(loss.item())
+        """,
+    ),
+    "what follows a size-divisibility `continue` runs every step (HL007; W)": (
+        "HL007",
+        """
+        def train(model, loader, opt, world):
+            for j, (x, y) in enumerate(loader):
+                if world > 1 and x.size(0) % world != 0:
+                    continue
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                L = loss.detach().cpu().numpy()
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "a step method with zero_grad and an optimizer step but no backward of its own is hot (HL001; X)": (
+        "HL001",
+        """
+        class Trainer:
+            def gen_update(self, x):
+                self.gen_opt.zero_grad()
+                acc = self.model(x.cuda(non_blocking=True), "gen_update")
+                self.gen_opt.step()
+                return acc.mean().item()
+        """,
+    ),
     "a script whose torch comes through a star import of the project (HL001)": (
         "HL001",
         """
