@@ -246,10 +246,25 @@ def saves_in(file: Path, name: str) -> list[tuple[int, str, bool]]:
     return [(line, message, params) for _, line, message, _, _, params in _EFFECTS[key]]
 
 
+def _earlier(exprs: list[ast.expr], fn: ast.AST, rounds: int, bound: bool = False) -> Iterator[list[ast.expr]]:
+    """`exprs`, then the values their names were assigned in `fn` (with `bound`, also the iterable or context
+    a `for` or `with` bound them to: `for path in paths`, `with open(p) as f`), `rounds` times back."""
+    binds = [(f.iter, set(target_names(f.target))) for f in walk_local(fn) if isinstance(f, ast.For)] if bound else []
+    binds += [(w.context_expr, set(target_names(w.optional_vars))) for w in walk_local(fn)
+              if bound and isinstance(w, ast.withitem) and w.optional_vars is not None]  # fmt: skip
+    for i in range(rounds + 1):
+        yield exprs
+        if i == rounds:
+            return
+        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        exprs = [v for n in names for v in assigned_values(n, walk_local(fn))]
+        exprs += [it for it, targets in binds if targets & names]
+
+
 def _path_from_params(mi: ModuleInfo, save: ast.AST) -> bool:
     """`torch.save(state, os.path.join(d, f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments
     back): the caller's arguments name the file. `torch.save(state, "latest.pth")` beside an `epoch` parameter
-    that only goes into the state: they do not. Names are followed five assignments (or loop targets) back."""
+    that only goes into the state: they do not. Names are followed four assignments (or loop targets) back."""
     fn = mi.enclosing_function(save)
     args = getattr(fn, "args", None)
     if not isinstance(save, ast.Call) or args is None:
@@ -258,18 +273,9 @@ def _path_from_params(mi: ModuleInfo, save: ast.AST) -> bool:
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     path = save.args[1] if len(save.args) > 1 else next((k.value for k in save.keywords if k.arg == "f"), None)
     exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
-    for _ in range(5):
-        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
-        if names & params:
+    for layer in _earlier(exprs, fn, 4, bound=True):
+        if {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & params:
             return True
-        loops = [(f.iter, set(target_names(f.target))) for f in walk_local(fn) if isinstance(f, ast.For)]
-        loops += [
-            (w.context_expr, set(target_names(w.optional_vars)))
-            for w in walk_local(fn)
-            if isinstance(w, ast.withitem) and w.optional_vars is not None
-        ]  # `with open(p, "wb") as f:`
-        exprs = [v for n in names for v in assigned_values(n, walk_local(fn))]
-        exprs += [it for it, bound in loops if bound & names]  # `for path in paths: save(s, path)`
     return False
 
 
@@ -325,11 +331,10 @@ def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
     fn = mi.enclosing_function(c)
     exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
     exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
-    texts = [ast.unparse(a) for a in exprs if not isinstance(a, ast.Constant)]
-    for _ in range(2):  # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
-        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
-        exprs = [v for name in names for v in assigned_values(name, walk_local(fn))]
-        texts += [ast.unparse(v) for v in exprs]
+    # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
+    first, *earlier = _earlier(exprs, fn, 2)
+    texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
+    texts += [ast.unparse(v) for layer in earlier for v in layer]
     return any(re.search(r"epoch(?!s)|step|iter", t, re.I) for t in texts)  # not `epochs`: a total
 
 
