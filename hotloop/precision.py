@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from hotloop.errors import ConfigError
+from hotloop.optim import FusedStep
 
 
 def _flag(x: torch.Tensor) -> torch.Tensor:
@@ -35,10 +36,10 @@ class Precision:
     Non-finite steps are skipped here, in one place, and on the device: `found_inf` computes an
     on-device flag (1.0 for a bad step) from the window's loss and the gradient norm, and `step`
     applies the update only where it is 0 - without a host read. Fused optimizers take the flag as
-    `found_inf`, exactly as a GradScaler hands it over, and skip inside their kernel; other optimizers
-    step, then put back a snapshot of the weights and moments with `torch.where` (it costs a copy of
-    them: use a fused optimizer). A subclass that skips by other means (fp16's GradScaler) overrides
-    both.
+    `found_inf`, exactly as a GradScaler hands it over (Adam/AdamW through `optim.FusedStep`), and skip
+    inside their kernel; other optimizers step, then put back a snapshot of the weights and moments with
+    `torch.where` (it costs a copy of them: use a fused optimizer). A subclass that skips by other means
+    (fp16's GradScaler) overrides both.
     """
 
     name = "fp32"
@@ -49,6 +50,7 @@ class Precision:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self._fused: FusedStep | None = None
 
     def autocast(self) -> AbstractContextManager:
         return nullcontext()
@@ -73,11 +75,9 @@ class Precision:
         if optimizer.defaults.get("fused"):
             # Known gap: fused SGD with momentum allocates its buffer uninitialised and fills it in the first
             # step's kernel; if that very first step is skipped, the buffer stays uninitialised.
-            optimizer.grad_scale, optimizer.found_inf = None, found_inf
-            try:
-                optimizer.step()
-            finally:
-                del optimizer.grad_scale, optimizer.found_inf
+            if self._fused is None or self._fused.optimizer is not optimizer:
+                self._fused = FusedStep(optimizer)
+            self._fused(found_inf)  # Adam/AdamW without torch.optim's per-call list building (`optim.py`)
             return
         # Non-fused: snapshot parameters and state on their device, step, then keep the old values where bad.
         # (CPU-resident step counters of non-capturable optimizers still advance: reading the flag would sync.)

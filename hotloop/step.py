@@ -143,7 +143,8 @@ class TrainStep:
     can to the user's forward and backward (measured by `hotloop bench --workload overhead`): no
     division for a window of one, metrics handed on without copies, one three-op non-finite flag, and
     the gradient norm and clipping on the foreach kernels directly when every gradient is an fp32
-    tensor on one device (PyTorch's generic helpers regroup the tensors by device and dtype each call).
+    tensor on one device (PyTorch's generic helpers regroup the tensors by device and dtype each call),
+    and a fused Adam/AdamW stepped on lists built once (`optim.FusedStep`, via the precision).
 
     CUDA graphs (`cudagraphs=True`, compile modes that capture them): each micro-batch starts a new
     graph step, the metrics are cloned out of the graph's output buffers (the next replay overwrites
