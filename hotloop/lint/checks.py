@@ -22,6 +22,7 @@ from hotloop.lint.analysis import (
 )
 from hotloop.lint.branches import BranchChecks, is_test
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
+from hotloop.lint.evals import eval_hits
 from hotloop.lint.imports import remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks
@@ -119,7 +120,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
         if isinstance(e, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
             return self.mi.kind(e.elt, self.mi.function_info(e), comp=e) == "tensor"
         if isinstance(e, ast.Name):
-            return e.id in self.mi.function_info(e).tensor_lists
+            return self.mi.function_info(e).tensor_list_at(e.id, e.lineno)
         return False
 
     # -- calls ----------------------------------------------------------------------------------
@@ -465,3 +466,6 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     yield from hits
     for code, call, message in cross_file_hits(mi, {(h.node.lineno, h.code) for h in hits}):
         yield Hit(code, call, message)
+    for code, call, message in eval_hits(mi):
+        if (call.lineno, code) not in {(h.node.lineno, h.code) for h in hits}:
+            yield Hit(code, call, message)

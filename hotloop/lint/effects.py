@@ -234,8 +234,8 @@ def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     return bool(text) and not HOST_READ.search(text)
 
 
-def saves_in(file: Path, name: str) -> list[tuple[int, str, bool]]:
-    """(line, message, whether the path depends on the helper's parameters) of each in-place `torch.save`
+def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str], ...]]]:
+    """(line, message, the helper's parameters the path depends on) of each in-place `torch.save`
     (HL021) that calling `name` from a training loop makes: `utils.save_checkpoint(state, is_best)` writing
     `checkpoint.pth.tar`, `policy.save(path)`."""
     key = (str(file), file.stat().st_mtime, name, "saves")
@@ -261,22 +261,30 @@ def _earlier(exprs: list[ast.expr], fn: ast.AST, rounds: int, bound: bool = Fals
         exprs += [it for it, targets in binds if targets & names]
 
 
-def _path_from_params(mi: ModuleInfo, save: ast.AST) -> bool:
-    """`torch.save(state, os.path.join(d, f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments
-    back): the caller's arguments name the file. `torch.save(state, "latest.pth")` beside an `epoch` parameter
-    that only goes into the state: they do not. Names are followed four assignments (or loop targets) back."""
+ANY_ARG = ((-1, ""),)  # the path depends on parameters the call site cannot be matched with: every argument
+
+
+def _path_from_params(mi: ModuleInfo, save: ast.AST) -> tuple[tuple[int, str], ...]:
+    """The (position, name) of the parameters the save path depends on: `torch.save(state, os.path.join(d,
+    f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments back): the caller's arguments name the
+    file. `torch.save(state, "latest.pth")` beside an `epoch` parameter that only goes into the state: none.
+    Names are followed four assignments (or loop targets) back; a position is -1 for keyword-only and star
+    parameters."""
     fn = mi.enclosing_function(save)
     args = getattr(fn, "args", None)
     if not isinstance(save, ast.Call) or args is None:
-        return True
-    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self"}
-    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+        return ANY_ARG
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
+    params = dict.fromkeys(positional) | dict.fromkeys(a.arg for a in args.kwonlyargs)
+    params |= dict.fromkeys(a.arg for a in (args.vararg, args.kwarg) if a is not None)
     path = save.args[1] if len(save.args) > 1 else next((k.value for k in save.keywords if k.arg == "f"), None)
     exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
     for layer in _earlier(exprs, fn, 4, bound=True):
-        if {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & params:
-            return True
-    return False
+        used = {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & set(params)
+        if used:
+            return tuple((positional.index(p) if p in positional else -1, p) for p in sorted(used))
+    return ()
 
 
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
@@ -325,14 +333,24 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
     return out
 
 
-def _varying_args(mi: ModuleInfo, c: ast.Call) -> bool:
+def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...] = ANY_ARG) -> bool:
     """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
-    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows."""
+    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows.
+    Only the arguments given for `params` (those the helper's path depends on) count, where they can be
+    matched: `save_model(join(d, "model_last.pth"), epoch, model)` passes the epoch into the state only."""
     fn = mi.enclosing_function(c)
     exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
+    if params and all(i >= 0 or any(k.arg == name for k in c.keywords) for i, name in params):
+        given = [c.args[i] for i, _ in params if 0 <= i < len(c.args)]
+        given += [k.value for k in c.keywords if any(k.arg == name for _, name in params)]
+        exprs = given if given and not any(isinstance(a, ast.Starred) for a in c.args) else exprs
     exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
     # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
-    first, *earlier = _earlier(exprs, fn, 2)
+    layers = list(_earlier(exprs, fn, 2))
+    if any(isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse))
+           for layer in layers for v in layer):  # fmt: skip
+        return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
+    first, *earlier = layers
     texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
     texts += [ast.unparse(v) for layer in earlier for v in layer]
     return any(re.search(r"epoch(?!s)|step|iter", t, re.I) for t in texts)  # not `epochs`: a total
@@ -349,7 +367,7 @@ def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
     return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
 
 
-def _where(project: Project, file: Path) -> str:
+def relative(project: Project, file: Path) -> str:
     """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
     return os.path.relpath(file, project.file.parent) if project.file else str(file)
 
@@ -365,7 +383,7 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
             continue
         if "." in target[1]:  # a method of an instance (`trainer.run()`): its loaders' lifetime is not seen here
             continue
-        where = _where(project, target[0])
+        where = relative(project, target[0])
         caller = caller or Checker(mi)
         for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
             out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
@@ -384,10 +402,12 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
                 and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
             # An epoch or step in the call may name the file inside the helper (through its parameters): no
             # claim then; a path the helper builds without them is in place whatever the call passes.
-            varying, leaves = _varying_args(mi, c), _then_leaves(mi, c)
-            for line, message, _ in [h for h in saves_in(*target) if not (varying and h[2] or leaves)][:1]:
+            leaves = _then_leaves(mi, c)
+            for line, message, _ in [
+                h for h in saves_in(*target) if not (h[2] and _varying_args(mi, c, h[2]) or leaves)
+            ][:1]:
                 seen.add((c.lineno, "HL021"))
-                where = _where(project, defining(*target)[0])
+                where = relative(project, defining(*target)[0])
                 out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
                                         f"{message}"))  # fmt: skip
     return out + hot_call_hits(mi, project, seen)
@@ -411,7 +431,7 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
         if acts and not ACTS.search(name.rpartition(".")[2]):
             continue
         defined = defining(file, name)[0]
-        where = _where(project, defined)
+        where = relative(project, defined)
         linted = str(defined.resolve()) in LINTED
         given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
         for code, line, message, if_tensor, host_made, own in effects(file, name, mi.device_code, depth):

@@ -27,6 +27,7 @@ from hotloop.lint.syntax import method_of
 # every time in the labelled set).
 NOT_A_STEP = re.compile(r"generat|predict|infer|evaluat|eval$|test|valid|decode|render|^act$|action", re.I)
 LEVELS_UP = 4
+PATH_SET = re.compile(r"^\s*import _init_paths|sys\.path\.(insert|append)\(", re.M)
 _MODULES: dict[tuple[str, float], ModuleInfo | None] = {}
 _RESOLVED: dict[tuple[Path, str, int], Path | None] = {}
 
@@ -78,6 +79,8 @@ class Project:
             roots = [self.file.parents[level - 1]] if level <= len(self.file.parents) else []
         else:
             roots = [self.file.parent, *list(self.file.parent.parents)[:LEVELS_UP]]
+            if PATH_SET.search(self.mi.source):  # `import _init_paths` (CenterNet): `lib/` is put on sys.path
+                roots += [self.file.parent / d for d in ("lib", "src")]
         rel = Path(*module.split(".")) if module else Path()
         for root in roots:
             for f in (
@@ -185,6 +188,9 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         if loop in mi.hot_loops or loop is None and (epochs or mi.enclosing_function(c) is mi.tree):
             continue  # (outside a loop, in a function: `run_step()` delegating its optimizer step to a helper)
         target = Project.of(mi).callee(c)
+        if target is None and epochs and _trains_an_epoch(c):
+            out.append(c)  # `trainer.train(epoch, train_loader)` of a trainer picked from a table: not resolved
+            continue
         if target is None or not_a_step(target[1]) or not _may_step(target[0]):
             continue
         file, name = defining(*target)
@@ -198,6 +204,16 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         elif name.rpartition(".")[2] in helper.step_functions:
             out.append(c)
     return out
+
+
+EPOCH_CALL = re.compile(r"^(train|train_one_epoch|train_epoch|run_epoch|fit_epoch)$")
+TRAIN_DATA = re.compile(r"^(train_?(loader|dataloader|data_loader|iter|dl)|loader|dataloader|data_loader)$")
+
+
+def _trains_an_epoch(c: ast.Call) -> bool:
+    """`trainer.train(epoch, train_loader)`: a method named for an epoch of training, given the loader."""
+    return (isinstance(c.func, ast.Attribute) and bool(EPOCH_CALL.match(c.func.attr))
+            and any(isinstance(a, ast.Name) and TRAIN_DATA.match(a.id) for a in c.args))  # fmt: skip
 
 
 _STEPS_TEXT: dict[Path, bool] = {}

@@ -61,8 +61,16 @@ class FunctionInfo:
     tensors: set[str] = field(default_factory=set)
     scalars: set[str] = field(default_factory=set)  # Python values: evidence that a name is not a tensor
     tensor_lists: set[str] = field(default_factory=set)
+    list_lines: dict[str, int] = field(default_factory=dict)  # where a name was last made a list of tensors
     # name -> [(line, kind)] of its assignments: the last one above a use decides, where it is known
     history: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
+
+    def tensor_list_at(self, name: str, line: int) -> bool:
+        """`name` holds a list of tensors at `line`: made one, and not reassigned between (`y = np.array(y)`)."""
+        made = self.list_lines.get(name)
+        if name not in self.tensor_lists or made is None:
+            return name in self.tensor_lists
+        return not any(made < at < line for at, _ in self.history.get(name, []))
 
     def is_tensor_name(self, name: str) -> bool:
         if name in self.tensors:
@@ -145,10 +153,14 @@ class KindModel:
                 if isinstance(n, ast.Assign) and isinstance(n.value, (ast.ListComp, ast.List)):
                     elts = [n.value.elt] if isinstance(n.value, ast.ListComp) else n.value.elts
                     if elts and all(self.kind(e, info, comp=n.value) == "tensor" for e in elts):
-                        info.tensor_lists.update(name for t in n.targets for name in target_names(t))
+                        for name in (name for t in n.targets for name in target_names(t)):
+                            info.tensor_lists.add(name)
+                            info.list_lines[name] = max(info.list_lines.get(name, 0), n.lineno)
                 elif isinstance(n, ast.Call) and method_name(n) == "append" and n.args:
                     if self.kind(n.args[0], info) == "tensor":
-                        info.tensor_lists.add(dotted(n.func.value))
+                        key = dotted(n.func.value)
+                        info.tensor_lists.add(key)
+                        info.list_lines[key] = max(info.list_lines.get(key, 0), n.lineno)
             info.history = history
         return info
 
@@ -164,6 +176,11 @@ class KindModel:
                 and isinstance(it.args[0], ast.Call) and self.call_name(it.args[0]) in ("enumerate", "zip")):  # type: ignore[attr-defined]  # fmt: skip
             it = it.args[0]  # `tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: the enumerate inside
         out: dict[str, str | None] = {name: None for name in target_names(target)}
+        if isinstance(target, ast.Name) and isinstance(it, (ast.Name, ast.Attribute)) and any(
+            isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Name) and x.slice.id == target.id
+            and ast.unparse(x.value) == ast.unparse(it) for s in n.body for x in ast.walk(s)
+        ):  # fmt: skip
+            return {target.id: "scalar"}  # `for k in batch: batch[k] = ...`: a dict's keys
         if self._iterates_data(it):
             if (isinstance(it, ast.Call) and self.call_name(it) == "enumerate"  # type: ignore[attr-defined]
                     and isinstance(target, ast.Tuple) and len(target.elts) == 2):  # fmt: skip

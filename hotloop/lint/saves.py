@@ -50,7 +50,13 @@ class SaveChecks:
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
-            text += " ".join(ast.unparse(v) for v in assigned_values(c.args[0].id, walk_local(fn)))
+            values = assigned_values(c.args[0].id, walk_local(fn))
+            text += " ".join(ast.unparse(v) for v in values)
+            for v in values:  # `save_dict = self.__get_save_dict()`: what the same-file helper returns
+                if isinstance(v, ast.Call):
+                    for f in self.mi.targets_of(v):
+                        text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Return))
+                        text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
         return bool(PAYLOAD.search(text))
 
     def _reloaded(self, c: ast.Call) -> bool:
@@ -70,6 +76,8 @@ class SaveChecks:
         body = getattr(block, "body", [])
         return any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value is not c
                    and re.search(r"save", self.mi.call_name(s.value)) and self._fresh_path(s.value)
+                   and not re.search(r"image|img|fig|plot|sample|grid|video|audio|wav", self.mi.call_name(s.value),
+                                     re.I)
                    for s in body)  # fmt: skip
 
     def _replaced_atomically(self, c: ast.Call) -> bool:
@@ -133,6 +141,8 @@ class SaveChecks:
                 last = self.value_before(name, c) if depth == 0 else None
                 values = [last] if last is not None else assigned_values(name, walk_local(fn))
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
+                    if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse)):
+                        return False  # `"best.pt" if is_best else f"iter_{step}.pt"`: one branch is a fixed name
                     text += " " + ast.unparse(v)
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
             todo = found

@@ -257,6 +257,27 @@ class StructureChecks:
                 if not self._divided(target, fn):
                     self.add("HL016", n, f"`{src(target)}` is accumulated without dividing by the accumulation steps")
 
+    def _returns_divided(self, call: ast.Call, at: int | None) -> bool:
+        """A same-file function returns its value divided (element `at` of a returned tuple)."""
+        active = self.__dict__.setdefault("_returns_active", set())  # functions being followed now
+        for f in self.mi.targets_of(call):
+            if f in active:
+                continue  # a recursive helper
+            active.add(f)
+            try:
+                for r in walk_local(f):
+                    if isinstance(r, ast.Return) and r.value is not None:
+                        value = r.value
+                        if at is not None:
+                            if not (isinstance(value, ast.Tuple) and at < len(value.elts)):
+                                continue
+                            value = value.elts[at]
+                        if self._divided(value, f):
+                            return True
+            finally:
+                active.discard(f)
+        return False
+
     def _divided(self, e: ast.expr, fn: ast.AST, depth: int = 0) -> bool:
         if depth == 0 and any(
             isinstance(n, ast.Call) and re.search(r"scale_grad", call_name(n)) for n in walk_local(fn)
@@ -287,13 +308,16 @@ class StructureChecks:
         if isinstance(e, ast.IfExp):  # `loss / n if n > 1 else loss`
             return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
         if isinstance(e, ast.Call):
-            return any(isinstance(r, ast.Return) and r.value is not None and self._divided(r.value, f)
-                       for f in self.mi.targets_of(e) for r in walk_local(f))  # fmt: skip
+            return self._returns_divided(e, None)
         if isinstance(e, (ast.Name, ast.Attribute)):
             key = dotted(e)
             for n in walk_local(fn):
                 if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    at = next((i for t in targets if isinstance(t, ast.Tuple) for i, x in enumerate(t.elts)
+                               if dotted(x) == key), None)  # fmt: skip
+                    if at is not None and isinstance(n.value, ast.Call) and self._returns_divided(n.value, at):
+                        return True  # `loss, correct = _fwd_pass(...)` whose `return loss, is_correct` divided it
                     if any(dotted(t) == key or key in target_names(t) for t in targets):
                         if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)):
                             return True

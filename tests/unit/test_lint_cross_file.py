@@ -674,3 +674,73 @@ def test_a_read_the_helpers_own_lint_reports_is_not_repeated_in_one_run(tmp_path
     assert not any(name == "train.py" for name, _ in where)
     alone = lint_paths([str(tmp_path / "train.py")], select=["HL001"])
     assert [Path(f.path).name for f in alone] == ["train.py"]
+
+
+BATCH_Y = {
+    "lib/models/model.py": """
+        import torch
+
+        def save_model(path, epoch, model, optimizer=None):
+            data = {"epoch": epoch, "state_dict": model.state_dict()}
+            torch.save(data, path)
+    """,
+    "lib/utils.py": """
+        import torch
+
+        def evaluate(model, users):
+            hits = 0
+            for u in users:
+                scores = model.predict(u)
+                hits += scores.argmax()
+            return hits
+
+        def evaluate_quietly(model, users):
+            with torch.no_grad():
+                return [model.predict(u) for u in users]
+    """,
+    "_init_paths.py": """
+        import os.path as osp
+        import sys
+        sys.path.insert(0, osp.join(osp.dirname(__file__), "lib"))
+    """,
+    "main.py": """
+        import _init_paths
+        import os
+        import torch
+        from models.model import save_model
+        from utils import evaluate, evaluate_quietly
+        from trains.train_factory import train_factory
+
+        def main(opt, model, optimizer, train_loader, users):
+            Trainer = train_factory[opt.task]
+            trainer = Trainer(opt, model, optimizer)
+            for epoch in range(opt.epochs):
+                mark = epoch if opt.save_all else "last"
+                trainer.train(epoch, train_loader)
+                save_model(os.path.join(opt.save_dir, "model_{}.pth".format(mark)), epoch, model, optimizer)
+                save_model(os.path.join(opt.save_dir, "model_last.pth"), epoch, model, optimizer)
+                save_model(os.path.join(opt.save_dir, "model_{}.pth".format(epoch)), epoch, model, optimizer)
+                model.eval()
+                scores = evaluate(model, users)
+                quiet = evaluate_quietly(model, users)
+                with torch.no_grad():
+                    wrapped = evaluate(model, users)
+    """,
+}
+
+
+def test_saves_and_evaluations_in_project_helpers_judged_at_the_call(tmp_path):
+    """Patterns of batch Y (CenterNet, SASRec), written from scratch: `import _init_paths` puts `lib/` on the
+    path, so `models.model` resolves there; `trainer.train(epoch, train_loader)` of a trainer picked from a
+    table makes its loop a training loop; the helper's save path is its `path` parameter, so only the argument
+    given for it decides (`"model_last.pth"` with the epoch passed into the state is in place, `model_{epoch}`
+    is a new file, `mark = epoch if save_all else "last"` is in place by default); an `evaluate` in another
+    file that runs the model in a loop without no_grad is HL018 at a call site without no_grad."""
+    _write(tmp_path, BATCH_Y)
+    found, at = _lint(tmp_path / "main.py")
+    assert "lib/models/model.py" in found[(at('"model_last.pth"'), "HL021")]
+    assert (at('"model_{}.pth".format(mark)'), "HL021") in found
+    assert (at('"model_{}.pth".format(epoch)'), "HL021") not in found
+    assert "utils.py" in found[(at("scores = evaluate("), "HL018")]
+    assert (at("quiet = evaluate_quietly("), "HL018") not in found
+    assert (at("wrapped = evaluate("), "HL018") not in found

@@ -733,9 +733,92 @@ QUIET = {
                 meter.update(loss=loss)
         """,
     ),
+    "the loss divided inside the same-file helper whose returned tuple the loop unpacks (HL016; DPR, Y)": (
+        "HL016",
+        """
+        def fwd_pass(model, batch, cfg):
+            loss = model(batch)
+            correct = (loss > 0).sum()
+            if cfg.accum > 1:
+                loss = loss / cfg.accum
+            return loss, correct
+
+        def train(model, loader, opt, cfg):
+            for i, batch in enumerate(loader):
+                loss, correct = fwd_pass(model, batch, cfg)
+                loss.backward()
+                if (i + 1) % cfg.accum == 0:
+                    opt.step()
+                    opt.zero_grad()
+        """,
+    ),
+    "the keys of a batch dict compared with a string (HL005; CenterNet, Y)": (
+        "HL005",
+        """
+        def train(model, loader, opt):
+            for batch in loader:
+                for k in batch:
+                    if k != "meta":
+                        batch[k] = batch[k].cuda(non_blocking=True)
+                model(batch).backward()
+                opt.step()
+        """,
+    ),
+    "a list of slices turned into a NumPy array before torch.tensor (HL003; ParallelWaveGAN, Y)": (
+        "HL003",
+        """
+        import numpy as np
+
+        def collate(xs, starts):
+            y_batch = [x[s:s + 10] for x, s in zip(xs, starts)]
+            y_batch = np.array(y_batch)
+            return torch.tensor(y_batch, dtype=torch.float)
+
+        def train(model, loader, opt):
+            for xs, starts in loader:
+                model(collate(xs, starts).cuda(non_blocking=True)).backward()
+                opt.step()
+        """,
+    ),
 }
 
 REPORTED = {
+    "checkpoints saved beside sample images named by the epoch are still in place (HL021; dome272, Y)": (
+        "HL021",
+        """
+        def train(model, ema_model, loader, opt, epochs, save_images, run):
+            for epoch in range(epochs):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                if epoch % 10 == 0:
+                    save_images(ema_model(None), f"results/{run}/{epoch}_ema.jpg")
+                    torch.save(model.state_dict(), f"models/{run}/ckpt.pt")
+        """,
+    ),
+    "a helper saving to best_model.pt or to a per-step name, its dict made by a method (HL021; pSp, Y)": (
+        "HL021",
+        """
+        import os
+
+        class Coach:
+            def train(self):
+                for batch in self.loader:
+                    self.net(batch.cuda(non_blocking=True)).mean().backward()
+                    self.optimizer.step()
+                    self.global_step += 1
+                    if self.global_step % self.save_interval == 0:
+                        self.checkpoint_me(self.is_best)
+
+            def checkpoint_me(self, is_best):
+                save_name = "best_model.pt" if is_best else f"iteration_{self.global_step}.pt"
+                save_dict = self.__get_save_dict()
+                torch.save(save_dict, os.path.join(self.checkpoint_dir, save_name))
+
+            def __get_save_dict(self):
+                return {"state_dict": self.net.state_dict(), "opts": vars(self.opts)}
+        """,
+    ),
     "a resume skip naming `last_epoch` is no log gate: what follows it runs every step (HL001; W)": (
         "HL001",
         """
