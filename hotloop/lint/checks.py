@@ -180,12 +180,12 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
             ):
                 self.add("HL023", c, "`error_if_nonfinite=True` reads the norm on the host every step")
             if (
-                name == "torch.tensor"
+                name in ("torch.tensor", "torch.as_tensor")
                 and _kw(c, "device") is not None
                 and c.args
-                and self._constant_list(c.args[0])
+                and (self._constant_list(c.args[0]) or self._shape_list(c.args[0]))
             ):  # fmt: skip
-                self.add("HL024", c, "`torch.tensor(list, device=...)` builds and copies host data every step")
+                self.add("HL024", c, f"`{_src(c)}` builds host data and copies it to the device every step")
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):
                 self.add("HL025", c, "a new function is compiled every iteration: torch.compile recompiles")
         if mi.in_training_loop(c):

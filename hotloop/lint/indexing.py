@@ -100,9 +100,11 @@ class IndexChecks:
         bound only to such (per-step data built from lists cannot be hoisted and is not reported)."""
 
         def const(v: ast.expr) -> bool:
-            if isinstance(v, (ast.List, ast.Tuple)):
+            if isinstance(v, (ast.List, ast.Tuple)):  # also nested: `[[0, 0], [1, 0], [0, 1]]`
                 return bool(v.elts) and all(isinstance(x, ast.Constant) or isinstance(x, ast.UnaryOp)
-                                            and isinstance(x.operand, ast.Constant) for x in v.elts)  # fmt: skip
+                                            and isinstance(x.operand, ast.Constant)
+                                            or isinstance(x, (ast.List, ast.Tuple)) and const(x)
+                                            for x in v.elts)  # fmt: skip
             return isinstance(v, ast.Call) and self.mi.call_name(v) == "list" and bool(v.args) and isinstance(
                 v.args[0], ast.Call) and self.mi.call_name(v.args[0]) == "range"  # fmt: skip
 
@@ -111,6 +113,14 @@ class IndexChecks:
             values = assigned_values(e.id, [*walk_local(fn), *walk_local(self.mi.tree)])
             return bool(values) and all(const(v) for v in values)
         return const(e)
+
+    def _shape_list(self, e: ast.expr) -> bool:
+        """A tensor's shape, or a slice of it: `torch.tensor(pp.shape, device=d)`, `feats[0].shape[2:]`."""
+        if isinstance(e, ast.Subscript):
+            e = e.value
+        return (isinstance(e, ast.Attribute) and e.attr == "shape"
+                or isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "size"
+                and not e.args)  # fmt: skip
 
     def _is_mask(self, e: ast.expr, node: ast.AST) -> bool:
         """A boolean tensor: `x > 0`, `~mask`, `labels.bool()`, a name assigned one, or anything made with

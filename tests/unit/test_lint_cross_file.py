@@ -744,3 +744,35 @@ def test_saves_and_evaluations_in_project_helpers_judged_at_the_call(tmp_path):
     assert "utils.py" in found[(at("scores = evaluate("), "HL018")]
     assert (at("quiet = evaluate_quietly("), "HL018") not in found
     assert (at("wrapped = evaluate("), "HL018") not in found
+
+
+def test_a_loss_in_another_file_building_device_tensors_from_host_data_every_step(tmp_path):
+    """`ComputeLoss.__call__` (another file) runs `torch.tensor(p.shape, device=...)` every step: HL024 at the
+    call site; the same call made once in `__init__` is not reported."""
+    _write(tmp_path, {
+        "loss.py": """
+            import torch
+
+            class ComputeLoss:
+                def __init__(self, device):
+                    self.gain = torch.tensor([1.0, 2.0], device=device)
+
+                def __call__(self, p, targets):
+                    size = torch.tensor(p.shape, device=p.device)
+                    return (p.sum() - targets.sum()) * size.sum() * self.gain.sum()
+        """,
+        "train.py": """
+            import torch
+            from loss import ComputeLoss
+
+            def main(model, loader, opt, device):
+                compute_loss = ComputeLoss(device)
+                for x, y in loader:
+                    loss = compute_loss(model(x.to(device, non_blocking=True)), y.to(device, non_blocking=True))
+                    loss.backward()
+                    opt.step()
+        """,
+    })  # fmt: skip
+    found, at = _lint(tmp_path / "train.py")
+    assert "loss.py:9" in found[(at("loss = compute_loss("), "HL024")]
+    assert "loss.py:6" not in found[(at("loss = compute_loss("), "HL024")]

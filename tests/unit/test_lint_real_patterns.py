@@ -783,6 +783,28 @@ QUIET = {
 }
 
 REPORTED = {
+    "a nested constant list made into a device tensor every step (HL024; YOLOv3/v5 losses)": (
+        "HL024",
+        """
+        def train(model, loader, opt, device):
+            for x, y in loader:
+                p = model(x.to(device, non_blocking=True))
+                off = torch.tensor([[0, 0], [1, 0], [0, 1]], device=device).float()
+                (p.sum() * off.sum()).backward()
+                opt.step()
+        """,
+    ),
+    "a shape slice made into a device tensor every step (HL024; YOLOv9 loss)": (
+        "HL024",
+        """
+        def train(model, loader, opt, device):
+            for x, y in loader:
+                p = model(x.to(device, non_blocking=True))
+                size = torch.tensor(p.shape[2:], device=device)
+                (p.sum() * size.sum()).backward()
+                opt.step()
+        """,
+    ),
     "checkpoints saved beside sample images named by the epoch are still in place (HL021; dome272, Y)": (
         "HL021",
         """
