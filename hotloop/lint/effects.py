@@ -193,10 +193,18 @@ def effects(
     key = (str(file), file.stat().st_mtime, name, device_code, depth)
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
-            kept = [h for h in hits if h.code in EFFECT_CODES and "noqa" not in mi.lines[h.node.lineno - 1]
-                    and not _switched(mi, h.node) and not _once(mi, h.node) and not _empty(h.node)
-                    and (h.code != "HL005" or _reduces(h.node))
-                    or h.code == "HL024" and isinstance(h.node, ast.Call)]  # `torch.tensor(shape, device=d)` in a loss
+            kept = [
+                h
+                for h in hits
+                if h.code in EFFECT_CODES
+                and "noqa" not in mi.lines[h.node.lineno - 1]
+                and not _switched(mi, h.node)
+                and not _once(mi, h.node)
+                and not _empty(h.node)
+                and (h.code != "HL005" or _reduces(h.node))
+                or h.code == "HL024"
+                and isinstance(h.node, ast.Call)
+            ]  # `torch.tensor(shape, device=d)` in a loss
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip

@@ -72,7 +72,8 @@ def terminal(stmt: ast.stmt, loop: bool) -> bool:
 def negated(test: ast.expr) -> bool:
     """`if step % n != 0:` / `if not is_log_step:`: the gated statements are in the `else:`."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return True
+        # `if not (itr % save_every):` is `itr % save_every == 0`: the gated statements are in the body
+        return not (isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod))
     return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 

@@ -15,7 +15,7 @@ import ast
 import re
 from pathlib import Path
 
-from hotloop.lint.analysis import ModuleInfo, call_name, constructed
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
 from hotloop.lint.classes import guess, project_root
 from hotloop.lint.syntax import method_of
 
@@ -182,12 +182,20 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
     a training loop (`from helper.loops import train_distill as train` called once per epoch)."""
     out: list[ast.Call] = []
     for c in mi.nodes:
-        if not isinstance(c, ast.Call) or not (epochs or isinstance(c.func, ast.Attribute)) or mi.in_hot(c):
+        if not isinstance(c, ast.Call) or mi.in_hot(c):
+            continue
+        # (a plain name: only an instance of a project class, `maml(x_spt, ...)` running `Meta.forward`)
+        instance = isinstance(c.func, ast.Name) and c.func.id in Project.of(mi)._instances()
+        made = not epochs and isinstance(c.func, ast.Name) and _made_step(mi, c.func)
+        if not (epochs or isinstance(c.func, ast.Attribute) or instance or made):
             continue
         loop = mi.enclosing_loop(c)
         if loop in mi.hot_loops or loop is None and (epochs or mi.enclosing_function(c) is mi.tree):
             continue  # (outside a loop, in a function: `run_step()` delegating its optimizer step to a helper)
         target = Project.of(mi).callee(c)
+        if made:
+            out.append(c)  # `train = train_fns.GAN_training_function(...)` ... `metrics = train(x, y)`
+            continue
         if target is None and epochs and _trains_an_epoch(c):
             out.append(c)  # `trainer.train(epoch, train_loader)` of a trainer picked from a table: not resolved
             continue
@@ -203,7 +211,42 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
                 out.append(c)
         elif name.rpartition(".")[2] in helper.step_functions:
             out.append(c)
+        elif "." not in name and isinstance(fn := find_def(helper.tree, name), ast.FunctionDef) and any(
+            isinstance(k, ast.ClassDef) and k.name == name for k in helper.tree.body
+        ) and fn.name in helper.step_functions:  # fmt: skip
+            out.append(c)  # an instance's `forward` that takes the optimizer step (MAML's `Meta`)
     return out
+
+
+def _made_step(mi: ModuleInfo, name: ast.Name) -> bool:
+    """`name` was assigned what a project function returns, and that is a function it defines which takes an
+    optimizer step (BigGAN's `train_fns.GAN_training_function(...)` returning its inner `train(x, y)`)."""
+    if re.search(r"eval|test|valid|sampl", name.id, re.I):
+        return False
+    fn = mi.enclosing_function(name)
+    for made in assigned_values(name.id, [*walk_local(fn), *(walk_local(mi.tree) if fn is not mi.tree else [])]):
+        target = Project.of(mi).callee(made) if isinstance(made, ast.Call) else None
+        if isinstance(made, ast.Call) and any(k.arg in ("train", "training", "is_train") and isinstance(
+                k.value, ast.Constant) and k.value.value is False for k in made.keywords):  # fmt: skip
+            continue  # `get_step_fn(sde, train=False)`: the evaluation variant
+        if target is None or "." in target[1] or not _may_step(target[0]):
+            continue
+        file, fname = defining(*target)
+        helper = load_module(file, file.stat().st_mtime)
+        outer = find_def(helper.tree, fname) if helper is not None else None
+        if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        returned = {
+            r.value.id for r in walk_local(outer) if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)
+        }
+        for inner in outer.body:
+            if (
+                isinstance(inner, ast.FunctionDef)
+                and inner.name in returned
+                and any(isinstance(n, ast.Call) and is_step_call(n) for n in ast.walk(inner))
+            ):
+                return True
+    return False
 
 
 EPOCH_CALL = re.compile(r"^(train|train_one_epoch|train_epoch|run_epoch|fit_epoch)$")

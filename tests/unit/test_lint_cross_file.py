@@ -776,3 +776,76 @@ def test_a_loss_in_another_file_building_device_tensors_from_host_data_every_ste
     found, at = _lint(tmp_path / "train.py")
     assert "loss.py:9" in found[(at("loss = compute_loss("), "HL024")]
     assert "loss.py:6" not in found[(at("loss = compute_loss("), "HL024")]
+
+
+STEPS_ELSEWHERE = {
+    "meta.py": """
+        import torch
+        from torch import nn
+
+        class Meta(nn.Module):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+                self.meta_optim = torch.optim.Adam(net.parameters())
+
+            def forward(self, x, y):
+                loss = self.net(x, y)
+                self.meta_optim.zero_grad()
+                loss.backward()
+                self.meta_optim.step()
+                return loss.detach()
+    """,
+    "train_fns.py": """
+        def training_function(G, opt):
+            def train(x, y):
+                loss = G(x, y)
+                loss.backward()
+                opt.step()
+                return {"loss": loss.detach()}
+            return train
+
+        def eval_function(G):
+            def run(x, y):
+                return G(x, y)
+            return run
+    """,
+    "main.py": """
+        import torch
+        from meta import Meta
+
+        def main(net, G, loader, device, save_every, sample):
+            maml = Meta(net).to(device)
+            for i, (x, y) in enumerate(loader):
+                x, y = x.to(device), y.to(device)
+                acc = maml(x, y)
+                if not (i % save_every):
+                    sample(G).cpu()
+    """,
+    "gan.py": """
+        import torch
+        import train_fns
+
+        def main(G, opt, loader, val_loader, device):
+            train = train_fns.training_function(G, opt)
+            run = train_fns.eval_function(G)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                metrics = train(x, y)
+            for x, y in val_loader:
+                out = run(x.to(device), y.to(device))
+    """,
+}
+
+
+def test_steps_taken_by_an_instance_forward_or_a_returned_closure_make_the_loop_hot(tmp_path):
+    """MAML's `maml(x, y)` runs `Meta.forward`, which takes the optimizer step; BigGAN's `train =
+    train_fns.GAN_training_function(...)` returns an inner `train(x, y)` that does. Either makes the loop the
+    hot loop (the batch copies are per step); `if not (i % save_every):` is a save gate, not its negation."""
+    _write(tmp_path, STEPS_ELSEWHERE)
+    found, at = _lint(tmp_path / "main.py")
+    assert (at("x, y = x.to(device)"), "HL012") in found
+    assert (at("sample(G).cpu()"), "HL007") not in found
+    found, at = _lint(tmp_path / "gan.py")
+    assert (at("x, y = x.to(device)"), "HL012") in found
+    assert (at("out = run("), "HL012") not in found
