@@ -45,6 +45,13 @@ def is_true_node(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
+# A call that runs a network in an evaluation loop: the model names, and the roles networks are named by
+# (PointNet's `classifier(points)`, a GAN's `generator(z)`).
+RUNS_MODEL = re.compile(MODEL_NAME.pattern + r"|classifier|generator|discriminator|backbone|predictor|^forward$",
+                        re.I)  # fmt: skip
+# The network itself called (not `criterion(output, y)` on a no_grad output, not `biencoder.create_input(...)`).
+FORWARD_CALL = re.compile(r"^(\w*_)?(model|net|network|encoder|decoder|classifier|generator|discriminator|backbone|"
+                          r"teacher|student)\d*$|^(forward|predict)$", re.I)  # fmt: skip
 EVAL_FLAG = re.compile(r"(is_)?(validate|validation|valid|val|eval|evaluate|evaluation|test|testing)|cross_valid")
 
 
@@ -69,7 +76,7 @@ class StructureChecks:
         loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
 
         def runs_model(node: ast.AST, depth: int = 0) -> bool:
-            return any(isinstance(n, ast.Call) and (MODEL_NAME.search(call_name(n).split(".")[-1] or "-")
+            return any(isinstance(n, ast.Call) and (RUNS_MODEL.search(call_name(n).split(".")[-1] or "-")
                        or depth < 2 and any(runs_model(f, depth + 1) for f in self.mi.targets_of(n) if f is not fn))
                        for n in walk_local(node))  # fmt: skip
 
@@ -94,9 +101,31 @@ class StructureChecks:
                and not self.mi.targets_of(n) for n in walk_local(fn)):  # fmt: skip
             return  # a trainer's `valid_step` (another file) sets the mode and turns gradients off itself
         src = ast.unparse(fn) + self._callee_source(fn)
-        if not re.search(r"no_grad|inference_mode|set_grad_enabled", src) and not (
-            calls and all(self._caller_has(c, "grad") for c in calls)
-        ):
+        grad_off = bool(re.search(r"no_grad|inference_mode|set_grad_enabled", src))
+        if grad_off and not re.search(r"no_grad|inference_mode|set_grad_enabled", self._callee_source(fn)) and not any(
+            re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in fn.decorator_list
+        ):  # fmt: skip
+            # `with torch.no_grad(): input = input.cuda()` then `output = self.predict(input)` outside it
+            blocks = [
+                w
+                for w in walk_local(fn)
+                if isinstance(w, ast.With)
+                and any(
+                    re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(i.context_expr)) for i in w.items
+                )
+            ]
+            forwards = [
+                n
+                for loop in loops
+                for n in walk_local(loop)
+                if isinstance(n, ast.Call)
+                and (
+                    FORWARD_CALL.search(call_name(n).split(".")[-1] or "-")
+                    or any(runs_model(f, 1) for f in self.mi.targets_of(n) if f is not fn)
+                )
+            ]
+            grad_off = not forwards or all(any(self._within(x, w) for w in blocks) for x in forwards)
+        if not grad_off and not (calls and all(self._caller_has(c, "grad") for c in calls)):
             what = f"`{fn.name}(..., {evals}=True)`" if evals else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `torch.no_grad()`: activations are kept")
         if not re.search(r"\.eval\(\)|\.train\(False\)|\.train\(mode=False\)", src) and not (
@@ -105,6 +134,12 @@ class StructureChecks:
             what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}(..., {evals}=True)`" if evals else (
                 f"`{fn.name}`")  # fmt: skip
             self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
+
+    def _within(self, node: ast.AST, block: ast.AST) -> bool:
+        n = self.mi.parent.get(node)
+        while n is not None and n is not block:
+            n = self.mi.parent.get(n)
+        return n is block
 
     def _callee_source(self, fn: ast.AST, depth: int = 2) -> str:
         """The source of the same-file functions `fn` calls (two levels): `eval()` -> `eval_step()` holding the
@@ -132,7 +167,7 @@ class StructureChecks:
             return  # the function-level check covers it
         body = list(walk_local(loop))
         if any(is_step_call(n) for n in body) or not any(
-            isinstance(n, ast.Call) and MODEL_NAME.search(call_name(n).split(".")[-1] or "-") for n in body
+            isinstance(n, ast.Call) and RUNS_MODEL.search(call_name(n).split(".")[-1] or "-") for n in body
         ):
             return
         grad_off = any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", []))
@@ -339,7 +374,8 @@ class StructureChecks:
         return False
 
     def schedulers(self) -> None:
-        kinds: dict[str, str] = {}
+        kinds: dict[str, str | None] = {}
+        mixed: set[str] = set()  # `scheduler = CosineAnnealingLR(...)` or `= ReduceLROnPlateau(...)` by a flag
         for n in self.mi.nodes:
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
                 base = call_name(n.value).split(".")[-1]
@@ -351,10 +387,13 @@ class StructureChecks:
                     src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
                     per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
                     kind = None if per_step or self._counts_iterations(n.value) else "epoch"
-                if kind:
+                if kind or base.endswith(("LR", "Plateau")) or "Scheduler" in base:
                     for t in n.targets:
                         if dotted(t):
+                            if dotted(t) in kinds and kinds[dotted(t)] != kind:
+                                mixed.add(dotted(t))
                             kinds[dotted(t)] = kind
+        kinds = {k: v for k, v in kinds.items() if v and k not in mixed}
         for n in self.mi.nodes:
             if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
                 kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]

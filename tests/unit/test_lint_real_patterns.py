@@ -780,9 +780,67 @@ QUIET = {
                 opt.step()
         """,
     ),
+    "a scheduler name bound to a per-step cosine or to ReduceLROnPlateau by a flag (HL014; Transformer-XL, Z)": (
+        "HL014",
+        """
+        def train(model, loader, optimizer, args):
+            if args.scheduler == "cosine":
+                scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.max_step)
+            elif args.scheduler == "dev_perf":
+                scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            for step, (x, y) in enumerate(loader):
+                model(x.cuda(non_blocking=True)).backward()
+                optimizer.step()
+                if args.scheduler == "cosine":
+                    scheduler.step(step)
+        """,
+    ),
+    "a validation loop whose forward is under no_grad and whose criterion is not (HL018; DeepLab)": (
+        "HL018",
+        """
+        class Trainer:
+            def validation(self, epoch):
+                self.model.eval()
+                for i, sample in enumerate(self.val_loader):
+                    image, target = sample["image"].cuda(), sample["label"].cuda()
+                    with torch.no_grad():
+                        output = self.model(image)
+                    loss = self.criterion(output, target)
+        """,
+    ),
 }
 
 REPORTED = {
+    "a final test loop running `classifier(points)` without no_grad (HL018; PointNet, Z)": (
+        "HL018",
+        """
+        def main(classifier, dataloader, testdataloader, optimizer, epochs):
+            for epoch in range(epochs):
+                for points, target in dataloader:
+                    loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+            for i, (points, target) in enumerate(testdataloader):
+                classifier = classifier.eval()
+                pred = classifier(points.cuda(non_blocking=True))
+        """,
+    ),
+    "a validation loop whose no_grad covers only the copies, not the forward (HL018; Continual-Learning, Z)": (
+        "HL018",
+        """
+        class Agent:
+            def predict(self, inputs):
+                self.model.eval()
+                return self.model.forward(inputs)
+
+            def validation(self, dataloader):
+                self.eval()
+                for i, (input, target) in enumerate(dataloader):
+                    with torch.no_grad():
+                        input = input.cuda()
+                    output = self.predict(input)
+        """,
+    ),
     "a nested constant list made into a device tensor every step (HL024; YOLOv3/v5 losses)": (
         "HL024",
         """
