@@ -6,6 +6,7 @@ Mixed into `checks.Checker`.
 from __future__ import annotations
 
 import ast
+import re
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import src
@@ -30,6 +31,12 @@ class IndexChecks:
         if not self.mi.in_hot(node):
             return
         idx = node.slice
+        value = node.value
+        if (isinstance(value, ast.Attribute) and value.attr == "data" and isinstance(idx, ast.Constant)
+                and idx.value == 0 and re.search(r"loss", dotted(value.value), re.I)):  # fmt: skip
+            self.add("HL001", node, f"`{src(node)}` (PyTorch 0.3's spelling of `.item()`) reads the loss on the host "
+                                    "every step")  # fmt: skip
+            return
         store = isinstance(node.ctx, ast.Store)  # `x[mask] = v` is a masked fill on the device: no size to read
         if store and not any(self._numpy_index(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):
             return

@@ -17,6 +17,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from hotloop.lint.forks import branch_kind
 from hotloop.lint.syntax import assigned_values, constructed, dotted, method_name, target_names  # noqa: F401
 
 TENSOR_NAME = re.compile(
@@ -381,7 +382,13 @@ class KindModel:
                 return "scalar"
             if self._lambda_param(e):
                 return "tensor" if TENSOR_NAME.search(e.id) else None  # `lambda t: t.cuda()`: not the outer t
-            before = [k for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
+            lines = [(line, k) for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
+            pair = {lines[-1][1], lines[-2][1]} if len(lines) > 1 else set()
+            if pair in ({"tensor", "scalar"}, {None, "scalar"}) and (None not in pair or TENSOR_NAME.search(e.id)):
+                branch = branch_kind(self, e, info, lines[-2][0], lines[-1][0], TENSOR_NAME)
+                if branch is not None:
+                    return branch
+            before = [k for _, k in lines]
             if before and before[-1] != "none":  # the assignment above the use decides: `x = meter.avg` ...
                 if before[-1] is not None:  # `torch.tensor([x])` ... `x = t` below does not make it a tensor
                     return before[-1]

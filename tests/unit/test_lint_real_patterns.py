@@ -808,9 +808,57 @@ QUIET = {
                     loss = self.criterion(output, target)
         """,
     ),
+    "the same loss read only in the else branch where it is the Python 0. (HL001; Wav2Lip)": (
+        "HL001",
+        """
+        def train(model, loader, opt, hparams, get_sync_loss):
+            running = 0.
+            for x, y in loader:
+                g = model(x.cuda(non_blocking=True))
+                if hparams.syncnet_wt > 0.:
+                    sync_loss = get_sync_loss(g)
+                else:
+                    sync_loss = 0.
+                (g.mean() + sync_loss).backward()
+                opt.step()
+                if hparams.syncnet_wt > 0.:
+                    pass
+                else:
+                    running += float(sync_loss)
+        """,
+    ),
 }
 
 REPORTED = {
+    "a loss set to 0. in the else of a config test, read under the same test (HL001; Wav2Lip, Z)": (
+        "HL001",
+        """
+        def train(model, disc, loader, opt, hparams, get_sync_loss):
+            running = 0.
+            for x, y in loader:
+                g = model(x.cuda(non_blocking=True))
+                if hparams.syncnet_wt > 0.:
+                    sync_loss = get_sync_loss(g)
+                else:
+                    sync_loss = 0.
+                (g.mean() + sync_loss).backward()
+                opt.step()
+                if hparams.syncnet_wt > 0.:
+                    running += sync_loss.item()
+        """,
+    ),
+    "`loss.data[0]`, PyTorch 0.3's `.item()`, every step (HL001; ssd.pytorch)": (
+        "HL001",
+        """
+        def train(net, loader, opt, criterion):
+            loc_loss = 0
+            for images, targets in loader:
+                loss_l = criterion(net(images.cuda(non_blocking=True)), targets)
+                loss_l.backward()
+                opt.step()
+                loc_loss += loss_l.data[0]
+        """,
+    ),
     "a final test loop running `classifier(points)` without no_grad (HL018; PointNet, Z)": (
         "HL018",
         """
