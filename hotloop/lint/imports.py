@@ -223,7 +223,25 @@ def _made_step(mi: ModuleInfo, name: ast.Name) -> bool:
     optimizer step (BigGAN's `train_fns.GAN_training_function(...)` returning its inner `train(x, y)`)."""
     if re.search(r"eval|test|valid|sampl", name.id, re.I):
         return False
+    calls = getattr(mi, "call_results", None)
+    if calls is None:  # once per module: each name assigned the result of a call (any scope)
+        calls = {}
+        for n in mi.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        calls.setdefault(t.id, []).append(n.value)
+        mi.call_results = calls  # type: ignore[attr-defined]
+    if name.id not in calls:
+        return False
     fn = mi.enclosing_function(name)
+    memo = mi.__dict__.setdefault("made_steps", {})
+    if (fn, name.id) not in memo:
+        memo[(fn, name.id)] = _returns_a_step(mi, fn, name)
+    return memo[(fn, name.id)]
+
+
+def _returns_a_step(mi: ModuleInfo, fn: ast.AST, name: ast.Name) -> bool:
     for made in assigned_values(name.id, [*walk_local(fn), *(walk_local(mi.tree) if fn is not mi.tree else [])]):
         target = Project.of(mi).callee(made) if isinstance(made, ast.Call) else None
         if isinstance(made, ast.Call) and any(k.arg in ("train", "training", "is_train") and isinstance(

@@ -66,7 +66,13 @@ class StructureChecks:
 
     def evaluation(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """An evaluation loop (a `val*`/`eval*`/`test*` function, or any function run with `train=False`)
-        that misses no_grad or model.eval(), unless every same-file caller provides it."""
+        that misses no_grad or model.eval(), unless every same-file caller provides it. A unit test (`test_*`
+        in a `test_*.py`/`*_test.py` file or a `TestCase`) checks outputs, gradients included: not evaluation."""
+        if fn.name.startswith("test_") and (re.search(r"(^|/)(test_\w+|\w+_test)\.py$", self.mi.path or "") or any(
+            isinstance(k, ast.ClassDef) and any("TestCase" in ast.unparse(b) for b in k.bases)
+            for k in [self.mi.parent.get(fn)]
+        )):  # fmt: skip
+            return
         flag = next((a.arg for a in fn.args.args if a.arg in ("train", "training", "is_train", "is_training")),
                     None)  # fmt: skip
         # or the other way round: `train(..., is_validate=True)` (FlowNet2), `run_epoch(cross_valid=True)`

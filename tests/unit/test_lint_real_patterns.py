@@ -827,6 +827,19 @@ QUIET = {
                     running += float(sync_loss)
         """,
     ),
+    "a unit test method looping over a model's outputs (HL018; fairseq's tests)": (
+        "HL018",
+        """
+        import unittest
+
+        class TestModels(unittest.TestCase):
+            def test_expected_alignment(self):
+                model = self.build_model()
+                for src in self.samples:
+                    out = model(src)
+                    self.assertEqual(out.shape[0], 1)
+        """,
+    ),
 }
 
 REPORTED = {
