@@ -91,3 +91,29 @@ def test_plain_step_where_plan_cannot_serve() -> None:
     assert len(calls) == 3
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, fused=True)
     assert not FusedStep(sgd).applies
+
+
+def test_the_trainer_steps_through_the_fused_lists(tmp_path):
+    """`Trainer.fit` with its default fused AdamW calls `optimizer.step()` once (it creates the state), then
+    the planned kernels, and every step counter ends at the number of steps."""
+    from hotloop import TrainConfig, Trainer
+
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 6), torch.randn(64, 1)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))
+    cfg = TrainConfig(max_steps=6, batch_size=8, lr=1e-2, run_dir=str(tmp_path), progress="off", tensorboard=False,
+                      device="cpu", eval_every=0, log_every=3)  # fmt: skip
+    trainer = Trainer(model, cfg, loss_fn=lambda m, b: nn.functional.mse_loss(m(b[0]), b[1]))
+    calls = []
+    real_step = trainer.optimizer.step
+
+    def counted(self: torch.optim.Optimizer, *a: object, **k: object) -> object:
+        calls.append(1)
+        return real_step(*a, **k)
+
+    trainer.optimizer.step = types.MethodType(counted, trainer.optimizer)  # type: ignore[method-assign]
+    trainer.fit((x, y))
+    assert trainer.optimizer.defaults.get("fused")
+    assert len(calls) == 1, calls
+    steps = {float(st["step"]) for st in trainer.optimizer.state.values()}
+    assert steps == {6.0}
