@@ -14,7 +14,7 @@ included. DESIGN.md first said "foreach elsewhere"; measured on this project's 2
 256x256 Linear, AdamW) a fused step took 0.57 ms against 7.1 ms for foreach, and the fused path also
 keeps the step counters on the parameter's device and skips inf/NaN steps inside the kernel when a
 GradScaler hands it `found_inf` - no host read. foreach remains the fallback. The train step calls a fused
-Adam/AdamW through `FusedStep`, which skips `step()`'s per-call list building (133 -> 29 us on the bench MLP).
+Adam/AdamW through `FusedStep`, which skips `step()`'s per-call list building (`bench/probes/fused_step.py`).
 
 Schedules are closed-form factors of the peak LR, applied by `LambdaLR` once per optimizer step
 (never per micro-batch). Step s (0-based) trains with `lr * factor(s)`.
@@ -337,9 +337,10 @@ class FusedStep:
 
     Why. Each `step()` rebuilds its tensor lists in Python (`_init_group` walks every parameter's state,
     then the tensors are regrouped by device and dtype) before one `_fused_adamw_` kernel per group. On a
-    small model that is most of the step's host time: 133 us against 29 us for the same kernels called
-    directly (the bench `mlp` model, this project's 2-core CPU, 2026-11-23), and a launch-bound GPU step
-    waits on the host just the same.
+    small model that is most of the step's host time: on the bench `mlp` model (this project's 2-core CPU,
+    2026-11-23) `step()` with the non-finite flag took 168-179 us a call and this class 44-87 us
+    (`bench/probes/fused_step.py`, three runs; the two kernels alone take about 29 us), and a launch-bound
+    GPU step waits on the host just the same.
 
     How. The first call (and any call the plan cannot serve) is the optimizer's own `step()`; it creates
     the state. The plan then keeps, per group, the lists `_init_group` would build, and later calls run
