@@ -80,6 +80,8 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
                 self.call(node)
             elif isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
                 self.branch(node)
+                if isinstance(node, ast.If) and "next(" in src:
+                    self.gated_evaluation(node)
             elif isinstance(node, ast.Subscript):
                 self.subscript(node)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):

@@ -52,6 +52,7 @@ RUNS_MODEL = re.compile(MODEL_NAME.pattern + r"|classifier|generator|discriminat
 # The network itself called (not `criterion(output, y)` on a no_grad output, not `biencoder.create_input(...)`).
 FORWARD_CALL = re.compile(r"^(\w*_)?(model|net|network|encoder|decoder|classifier|generator|discriminator|backbone|"
                           r"teacher|student)\d*$|^(forward|predict)$", re.I)  # fmt: skip
+EVAL_DATA = re.compile(r"(eval|val|valid|test)\w*(loader|data|dl|iter)", re.I)
 EVAL_FLAG = re.compile(r"(is_)?(validate|validation|valid|val|eval|evaluate|evaluation|test|testing)|cross_valid")
 
 
@@ -187,6 +188,26 @@ class StructureChecks:
         inner = any(isinstance(w, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(w)) for w in body)
         if not grad_off and not inner:
             self.add("HL018", loop, f"`for ... in {src(loop.iter)}` runs the model without `torch.no_grad()`: "
+                     "activations are kept")  # fmt: skip
+
+    def gated_evaluation(self, gate: ast.If) -> None:
+        """`if i % 10 == 0: data = next(iter(testdataloader)); pred = classifier(points)` inside the training
+        loop (PointNet): a test batch every N steps, run without no_grad."""
+        if not (self.mi.in_training_loop(gate) and self.mi.boundary_gate(gate)):
+            return
+        body = [n for stmt in gate.body for n in ast.walk(stmt)]
+        if not any(isinstance(n, ast.Call) and call_name(n) == "next" and n.args
+                   and EVAL_DATA.search(ast.unparse(n.args[0])) for n in body):  # fmt: skip
+            return
+        fn = self.mi.enclosing_function(gate)
+        if any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", [])):
+            return
+        for n in body:
+            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(n)):
+                return
+        forward = next((n for n in body if isinstance(n, ast.Call) and FORWARD_CALL.search(call_name(n) or "-")), None)
+        if forward is not None:
+            self.add("HL018", forward, f"`{src(forward)}` evaluates a test batch without `torch.no_grad()`: "
                      "activations are kept")  # fmt: skip
 
     def _caller_has(self, call: ast.Call, what: str) -> bool:

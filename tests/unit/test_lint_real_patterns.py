@@ -840,9 +840,40 @@ QUIET = {
                     self.assertEqual(out.shape[0], 1)
         """,
     ),
+    "a test batch every 10 steps evaluated under no_grad (HL018)": (
+        "HL018",
+        """
+        def main(classifier, dataloader, testdataloader, optimizer, epochs):
+            for epoch in range(epochs):
+                for i, (points, target) in enumerate(dataloader):
+                    loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+                    if i % 10 == 0:
+                        j, data = next(enumerate(testdataloader, 0))
+                        classifier = classifier.eval()
+                        with torch.no_grad():
+                            pred = classifier(data[0].cuda(non_blocking=True))
+        """,
+    ),
 }
 
 REPORTED = {
+    "a test batch every 10 steps inside the training loop, run without no_grad (HL018; PointNet, Z)": (
+        "HL018",
+        """
+        def main(classifier, dataloader, testdataloader, optimizer, epochs):
+            for epoch in range(epochs):
+                for i, (points, target) in enumerate(dataloader):
+                    loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+                    if i % 10 == 0:
+                        j, data = next(enumerate(testdataloader, 0))
+                        classifier = classifier.eval()
+                        pred = classifier(data[0].cuda(non_blocking=True))
+        """,
+    ),
     "a loss set to 0. in the else of a config test, read under the same test (HL001; Wav2Lip, Z)": (
         "HL001",
         """
