@@ -344,9 +344,10 @@ class FusedStep:
 
     How. The first call (and any call the plan cannot serve) is the optimizer's own `step()`; it creates
     the state. The plan then keeps, per group, the lists `_init_group` would build, and later calls run
-    the same ops PyTorch's `_fused_adam` runs: the step counters `+= 1`, the fused kernel with the group's
-    current hyperparameters, and the counters `-= found_inf`. The result is bit for bit the optimizer's own
-    (`tests/unit/test_fused_step.py`).
+    the ops PyTorch's `_fused_adam` runs: the step counters advance, then the fused kernel runs with the
+    group's current hyperparameters. PyTorch adds 1 and subtracts `found_inf` after the kernel (two foreach
+    ops per group); here `1 - found_inf` is added once for all groups - the same counters, since a skipped
+    step's kernel changes nothing. The result is bit for bit the optimizer's own (`tests/unit/test_fused_step.py`).
 
     Never wrong, sometimes slow: `step()` runs instead where a parameter has no gradient this step, a group
     is capturable/differentiable/not fused or has a tensor LR (the whole-step CUDA graph's capture), a step
@@ -365,41 +366,43 @@ class FusedStep:
         self.applies = type(optimizer) in self.KINDS and all(g.get("fused") for g in optimizer.param_groups)
 
     def __call__(self, found_inf: torch.Tensor | None = None) -> None:
-        opt = self.optimizer
-        if not (self.applies and self.plan is not None and self._valid()):
-            opt.grad_scale, opt.found_inf = None, found_inf  # type: ignore[attr-defined]
-            try:
-                opt.step()
-            finally:
-                del opt.grad_scale, opt.found_inf  # type: ignore[attr-defined]
-            if self.applies:
-                self.plan = self._make_plan()
+        plan = self.plan if self.applies and self._valid() else None
+        grads = [[p.grad for p in params] for _, _, params, *_ in plan] if plan is not None else []
+        if plan is None or any(g is None for group in grads for g in group):  # (a parameter without a gradient)
+            self._own_step(found_inf)
             return
-        # PyTorch adds 1 to every step counter and subtracts found_inf after the kernel; adding 1 - found_inf
-        # before it is the same counters in one op for all groups (a skipped step's kernel changes nothing).
-        torch._foreach_add_(self.steps, 1 if found_inf is None else 1 - found_inf)
-        for group, kernel, params, exp_avgs, exp_avg_sqs, max_sqs, steps in self.plan:
+        torch._foreach_add_(self.steps, 1 if found_inf is None else 1 - found_inf)  # see the class docstring
+        for (group, kernel, params, exp_avgs, exp_avg_sqs, max_sqs, steps), g in zip(plan, grads, strict=True):
             beta1, beta2 = group["betas"]
-            kernel(params, [p.grad for p in params], exp_avgs, exp_avg_sqs, max_sqs, steps, amsgrad=group["amsgrad"],
-                   lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
+            kernel(params, g, exp_avgs, exp_avg_sqs, max_sqs, steps, amsgrad=group["amsgrad"], lr=group["lr"],
+                   beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"],
                    maximize=group["maximize"], grad_scale=None, found_inf=found_inf)  # fmt: skip
+
+    def _own_step(self, found_inf: torch.Tensor | None) -> None:
+        """The optimizer's `step()`, handed the flag as a GradScaler hands it over; then plan again."""
+        opt = self.optimizer
+        opt.grad_scale, opt.found_inf = None, found_inf  # type: ignore[attr-defined]
+        try:
+            opt.step()
+        finally:
+            del opt.grad_scale, opt.found_inf  # type: ignore[attr-defined]
+        if self.applies:
+            self.plan = self._make_plan()
 
     def _valid(self) -> bool:
         opt = self.optimizer
-        if opt.state is not self.state or opt.param_groups is not self.groups:
+        if self.plan is None or opt.state is not self.state or opt.param_groups is not self.groups:
             return False
         if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
             return False
         if _torch_optimizer._global_optimizer_pre_hooks or _torch_optimizer._global_optimizer_post_hooks:
             return False
-        for group, _, params, exp_avgs, *_ in self.plan or ():
+        for group, _, params, exp_avgs, *_ in self.plan:
             if group["capturable"] or group["differentiable"] or not group["fused"]:
                 return False
             if isinstance(group["lr"], torch.Tensor) or any(isinstance(b, torch.Tensor) for b in group["betas"]):
                 return False
             if opt.state[params[0]].get("exp_avg") is not exp_avgs[0]:
-                return False
-            if any(p.grad is None for p in params):
                 return False
         return True
 

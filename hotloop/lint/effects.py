@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import TARGETS
@@ -182,6 +183,16 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.made = mi.own_hot = set()  # type: ignore[attr-defined]  # the next name starts from the file as is
 
 
+def _carried(mi: ModuleInfo, h: Any) -> bool:
+    """A hit inside a helper that its hot call site reports: one of EFFECT_CODES, or HL024's `torch.tensor(shape,
+    device=d)` built in a loss (not its list indexes); not opted out (`noqa`), switched off, once, or empty; a
+    branch (HL005) only on a reduced tensor."""
+    if not (h.code in EFFECT_CODES or h.code == "HL024" and isinstance(h.node, ast.Call)):
+        return False
+    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node) and not _once(mi, h.node)
+            and not _empty(h.node) and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
+
+
 def effects(
     file: Path, name: str, device_code: bool, depth: int = DEPTH
 ) -> list[tuple[str, int, str, bool, bool, bool]]:
@@ -193,18 +204,7 @@ def effects(
     key = (str(file), file.stat().st_mtime, name, device_code, depth)
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
-            kept = [
-                h
-                for h in hits
-                if h.code in EFFECT_CODES
-                and "noqa" not in mi.lines[h.node.lineno - 1]
-                and not _switched(mi, h.node)
-                and not _once(mi, h.node)
-                and not _empty(h.node)
-                and (h.code != "HL005" or _reduces(h.node))
-                or h.code == "HL024"
-                and isinstance(h.node, ast.Call)
-            ]  # `torch.tensor(shape, device=d)` in a loss
+            kept = [h for h in hits if _carried(mi, h)]
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip

@@ -14,24 +14,9 @@ import re
 from hotloop.lint.analysis import ModuleInfo, call_name, walk_local
 from hotloop.lint.effects import LINTED, relative
 from hotloop.lint.imports import Project, defining, find_def, load_module
+from hotloop.lint.structure import FORWARD_CALL, GRAD_OFF, grad_off_at
 
 EVAL_CALL = re.compile(r"^(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)", re.I)
-GRAD_OFF = re.compile(r"no_grad|inference_mode|set_grad_enabled")
-FORWARD = re.compile(r"(^|\.|_)(model|net|encoder|generator)s?($|\.)|\.predict$|^predict$|\.forward$", re.I)
-
-
-def _grad_off_at(mi: ModuleInfo, c: ast.Call) -> bool:
-    """The call runs under `with torch.no_grad():` (or inference_mode), or in a function decorated with it."""
-    n = mi.parent.get(c)
-    while n is not None:
-        if isinstance(n, ast.With) and any(GRAD_OFF.search(ast.unparse(i.context_expr)) for i in n.items):
-            return True
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            GRAD_OFF.search(ast.unparse(d)) for d in n.decorator_list
-        ):
-            return True
-        n = mi.parent.get(n)
-    return False
 
 
 def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
@@ -45,7 +30,7 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not EVAL_CALL.match(call_name(c).rpartition(".")[2]):
             continue
-        if (target := project.callee(c)) is None or _grad_off_at(mi, c):
+        if (target := project.callee(c)) is None or grad_off_at(mi, c):
             continue
         file, name = defining(*target)
         helper = load_module(file, file.stat().st_mtime)
@@ -56,8 +41,9 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
         source = ast.unparse(fn) + "".join(ast.unparse(f) for n in body if isinstance(n, ast.Call)
                                            for f in helper.targets_of(n))  # fmt: skip
         loops = [n for n in body if isinstance(n, (ast.For, ast.While))]
-        forward = min((n for loop in loops for n in walk_local(loop) if isinstance(n, ast.Call)
-                       and FORWARD.search(call_name(n))), key=lambda n: n.lineno, default=None)  # fmt: skip
+        calls = [n for loop in loops for n in walk_local(loop) if isinstance(n, ast.Call)]
+        forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")]
+        forward = min(forwards, key=lambda n: n.lineno, default=None)
         if forward is None or GRAD_OFF.search(source):
             continue
         out.append(("HL018", c, f"`{call_name(c)}(...)` evaluates without `torch.no_grad()` "

@@ -52,8 +52,24 @@ RUNS_MODEL = re.compile(MODEL_NAME.pattern + r"|classifier|generator|discriminat
 # The network itself called (not `criterion(output, y)` on a no_grad output, not `biencoder.create_input(...)`).
 FORWARD_CALL = re.compile(r"^(\w*_)?(model|net|network|encoder|decoder|classifier|generator|discriminator|backbone|"
                           r"teacher|student)\d*$|^(forward|predict)$", re.I)  # fmt: skip
+GRAD_OFF = re.compile(r"no_grad|inference_mode|set_grad_enabled")  # what turns gradients off around a block
 EVAL_DATA = re.compile(r"(eval|val|valid|test)\w*(loader|data|dl|iter)", re.I)
 EVAL_FLAG = re.compile(r"(is_)?(validate|validation|valid|val|eval|evaluate|evaluation|test|testing)|cross_valid")
+
+
+def grad_off_at(mi: ModuleInfo, node: ast.AST) -> bool:
+    """`node` runs under `with torch.no_grad():` (or inference_mode, set_grad_enabled), or in a function
+    decorated with it."""
+    n = mi.parent.get(node)
+    while n is not None:
+        if isinstance(n, ast.With) and any(GRAD_OFF.search(ast.unparse(i.context_expr)) for i in n.items):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            GRAD_OFF.search(ast.unparse(d)) for d in n.decorator_list
+        ):
+            return True
+        n = mi.parent.get(n)
+    return False
 
 
 class StructureChecks:
@@ -107,20 +123,13 @@ class StructureChecks:
         if any(isinstance(n, ast.Call) and re.search(r"(valid|val|eval|validation|test|predict)_step$", call_name(n))
                and not self.mi.targets_of(n) for n in walk_local(fn)):  # fmt: skip
             return  # a trainer's `valid_step` (another file) sets the mode and turns gradients off itself
-        src = ast.unparse(fn) + self._callee_source(fn)
-        grad_off = bool(re.search(r"no_grad|inference_mode|set_grad_enabled", src))
-        if grad_off and not re.search(r"no_grad|inference_mode|set_grad_enabled", self._callee_source(fn)) and not any(
+        callees = self._callee_source(fn)
+        src = ast.unparse(fn) + callees
+        grad_off = bool(GRAD_OFF.search(src))
+        if grad_off and not GRAD_OFF.search(callees) and not any(
             re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in fn.decorator_list
         ):  # fmt: skip
             # `with torch.no_grad(): input = input.cuda()` then `output = self.predict(input)` outside it
-            blocks = [
-                w
-                for w in walk_local(fn)
-                if isinstance(w, ast.With)
-                and any(
-                    re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(i.context_expr)) for i in w.items
-                )
-            ]
             forwards = [
                 n
                 for loop in loops
@@ -131,7 +140,7 @@ class StructureChecks:
                     or any(runs_model(f, 1) for f in self.mi.targets_of(n) if f is not fn)
                 )
             ]
-            grad_off = not forwards or all(any(self._within(x, w) for w in blocks) for x in forwards)
+            grad_off = all(grad_off_at(self.mi, x) for x in forwards)
         if not grad_off and not (calls and all(self._caller_has(c, "grad") for c in calls)):
             what = f"`{fn.name}(..., {evals}=True)`" if evals else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `torch.no_grad()`: activations are kept")
@@ -141,12 +150,6 @@ class StructureChecks:
             what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}(..., {evals}=True)`" if evals else (
                 f"`{fn.name}`")  # fmt: skip
             self.add("HL018", fn, f"{what} runs the model without `model.eval()`: dropout/batch norm train")
-
-    def _within(self, node: ast.AST, block: ast.AST) -> bool:
-        n = self.mi.parent.get(node)
-        while n is not None and n is not block:
-            n = self.mi.parent.get(n)
-        return n is block
 
     def _callee_source(self, fn: ast.AST, depth: int = 2) -> str:
         """The source of the same-file functions `fn` calls (two levels): `eval()` -> `eval_step()` holding the
@@ -180,9 +183,7 @@ class StructureChecks:
         grad_off = any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", []))
         n = self.mi.parent.get(loop)
         while n is not None and n is not fn and not grad_off:
-            if isinstance(n, ast.With) and any(
-                re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(i.context_expr)) for i in n.items
-            ):
+            if isinstance(n, ast.With) and any(GRAD_OFF.search(ast.unparse(i.context_expr)) for i in n.items):
                 grad_off = True
             n = self.mi.parent.get(n)
         inner = any(isinstance(w, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(w)) for w in body)
@@ -203,7 +204,7 @@ class StructureChecks:
         if any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", [])):
             return
         for n in body:
-            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode|set_grad_enabled", ast.unparse(n)):
+            if isinstance(n, ast.With) and GRAD_OFF.search(ast.unparse(n)):
                 return
         forward = next((n for n in body if isinstance(n, ast.Call) and FORWARD_CALL.search(call_name(n) or "-")), None)
         if forward is not None:

@@ -19,6 +19,32 @@ def codes(src: str) -> list[tuple[int, str]]:
     return [(f.line, f.code) for f in lint_source(HEAD + textwrap.dedent(src))]
 
 
+# Twin fixtures: the same loop, quiet one way and reported the other.
+SYNC_LOSS_BY_FLAG = """
+def train(model, loader, opt, hparams, get_sync_loss):
+    running = 0.
+    for x, y in loader:
+        g = model(x.cuda(non_blocking=True))
+        if hparams.syncnet_wt > 0.:
+            sync_loss = get_sync_loss(g)
+        else:
+            sync_loss = 0.
+        (g.mean() + sync_loss).backward()
+        opt.step()
+        if hparams.syncnet_wt > 0.:
+"""
+TEST_BATCH_EVERY_10 = """
+def main(classifier, dataloader, testdataloader, optimizer, epochs):
+    for epoch in range(epochs):
+        for i, (points, target) in enumerate(dataloader):
+            loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+            if i % 10 == 0:
+                j, data = next(enumerate(testdataloader, 0))
+                classifier = classifier.eval()
+"""
+
 QUIET = {
     "StepLR whose step_size (a CLI default of 10000) counts iterations, stepped every batch (HL014)": (
         "HL014",
@@ -810,22 +836,7 @@ QUIET = {
     ),
     "the same loss read only in the else branch where it is the Python 0. (HL001; Wav2Lip)": (
         "HL001",
-        """
-        def train(model, loader, opt, hparams, get_sync_loss):
-            running = 0.
-            for x, y in loader:
-                g = model(x.cuda(non_blocking=True))
-                if hparams.syncnet_wt > 0.:
-                    sync_loss = get_sync_loss(g)
-                else:
-                    sync_loss = 0.
-                (g.mean() + sync_loss).backward()
-                opt.step()
-                if hparams.syncnet_wt > 0.:
-                    pass
-                else:
-                    running += float(sync_loss)
-        """,
+        SYNC_LOSS_BY_FLAG + "            pass\n        else:\n            running += float(sync_loss)\n",
     ),
     "a unit test method looping over a model's outputs (HL018; fairseq's tests)": (
         "HL018",
@@ -842,54 +853,19 @@ QUIET = {
     ),
     "a test batch every 10 steps evaluated under no_grad (HL018)": (
         "HL018",
-        """
-        def main(classifier, dataloader, testdataloader, optimizer, epochs):
-            for epoch in range(epochs):
-                for i, (points, target) in enumerate(dataloader):
-                    loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
-                    loss.backward()
-                    optimizer.step()
-                    if i % 10 == 0:
-                        j, data = next(enumerate(testdataloader, 0))
-                        classifier = classifier.eval()
-                        with torch.no_grad():
-                            pred = classifier(data[0].cuda(non_blocking=True))
-        """,
+        TEST_BATCH_EVERY_10 + "                with torch.no_grad():\n"
+        "                    pred = classifier(data[0].cuda(non_blocking=True))\n",
     ),
 }
 
 REPORTED = {
     "a test batch every 10 steps inside the training loop, run without no_grad (HL018; PointNet, Z)": (
         "HL018",
-        """
-        def main(classifier, dataloader, testdataloader, optimizer, epochs):
-            for epoch in range(epochs):
-                for i, (points, target) in enumerate(dataloader):
-                    loss = F.nll_loss(classifier(points.cuda(non_blocking=True)), target.cuda(non_blocking=True))
-                    loss.backward()
-                    optimizer.step()
-                    if i % 10 == 0:
-                        j, data = next(enumerate(testdataloader, 0))
-                        classifier = classifier.eval()
-                        pred = classifier(data[0].cuda(non_blocking=True))
-        """,
+        TEST_BATCH_EVERY_10 + "                pred = classifier(data[0].cuda(non_blocking=True))\n",
     ),
     "a loss set to 0. in the else of a config test, read under the same test (HL001; Wav2Lip, Z)": (
         "HL001",
-        """
-        def train(model, disc, loader, opt, hparams, get_sync_loss):
-            running = 0.
-            for x, y in loader:
-                g = model(x.cuda(non_blocking=True))
-                if hparams.syncnet_wt > 0.:
-                    sync_loss = get_sync_loss(g)
-                else:
-                    sync_loss = 0.
-                (g.mean() + sync_loss).backward()
-                opt.step()
-                if hparams.syncnet_wt > 0.:
-                    running += sync_loss.item()
-        """,
+        SYNC_LOSS_BY_FLAG + "            running += sync_loss.item()\n",
     ),
     "`loss.data[0]`, PyTorch 0.3's `.item()`, every step (HL001; ssd.pytorch)": (
         "HL001",
