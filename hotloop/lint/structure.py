@@ -141,6 +141,7 @@ class StructureChecks:
                 )
             ]
             grad_off = all(grad_off_at(self.mi, x) for x in forwards)
+        grad_off = grad_off or bool(re.search(r"volatile\s*=\s*True", src))  # pre-0.4 `Variable(x, volatile=True)`
         if not grad_off and not (calls and all(self._caller_has(c, "grad") for c in calls)):
             what = f"`{fn.name}(..., {evals}=True)`" if evals else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `torch.no_grad()`: activations are kept")

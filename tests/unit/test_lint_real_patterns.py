@@ -428,6 +428,16 @@ QUIET = {
                     evaluate(model, val_loader)
         """,
     ),
+    "a pre-0.4 evaluation loop whose inputs are Variable(..., volatile=True) (HL018)": (
+        "HL018",
+        """
+        def test(model, loader):
+            model.eval()
+            for x, y in loader:
+                x = Variable(x.cuda(non_blocking=True), volatile=True)
+                model(x)
+        """,
+    ),
     "a synchronize behind an opt-in flag, and in a benchmark function (HL020)": (
         "HL020",
         """
