@@ -165,16 +165,21 @@ class KindModel:
             info.history = history
         return info
 
+    def _progress_of_enumerate(self, c: ast.Call) -> bool:
+        """`tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: a progress bar around an enumerate/zip."""
+        return bool(c.args and self.call_name(c).split(".")[-1] in ("tqdm", "track")  # type: ignore[attr-defined]
+                    and isinstance(c.args[0], ast.Call) and self.call_name(c.args[0]) in ("enumerate", "zip"))  # type: ignore[attr-defined]  # fmt: skip
+
     def _loop_kinds(self, n: ast.For | ast.AsyncFor, info: FunctionInfo) -> dict[str, str | None]:
         """What a loop binds: batches of a loader are tensors (its `enumerate` index an int); `range` binds ints;
         iterating a tensor binds tensors (also inside `zip(...)`/`enumerate(...)`, position by position)."""
         it, target = n.iter, n.target
         if isinstance(it, ast.Name):  # `data_iter = enumerate(loader)` ... `for i, (x, y) in data_iter:`
             made = assigned_values(it.id, self.walk_local(info.node))  # type: ignore[attr-defined]
-            if len(made) == 1 and isinstance(made[0], ast.Call) and self.call_name(made[0]) in ("enumerate", "zip"):  # type: ignore[attr-defined]
-                it = made[0]
-        if (isinstance(it, ast.Call) and it.args and self.call_name(it).split(".")[-1] in ("tqdm", "track")  # type: ignore[attr-defined]
-                and isinstance(it.args[0], ast.Call) and self.call_name(it.args[0]) in ("enumerate", "zip")):  # type: ignore[attr-defined]  # fmt: skip
+            one = made[0] if len(made) == 1 and isinstance(made[0], ast.Call) else None  # also `tqdm(enumerate(...))`
+            if one is not None and (self.call_name(one) in ("enumerate", "zip") or self._progress_of_enumerate(one)):  # type: ignore[attr-defined]
+                it = one
+        if isinstance(it, ast.Call) and self._progress_of_enumerate(it):
             it = it.args[0]  # `tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: the enumerate inside
         out: dict[str, str | None] = {name: None for name in target_names(target)}
         if isinstance(target, ast.Name) and isinstance(it, (ast.Name, ast.Attribute)) and any(

@@ -428,6 +428,19 @@ QUIET = {
                     evaluate(model, val_loader)
         """,
     ),
+    "the enumerate index of a progress bar bound to a name is an int, not a tensor (HL005)": (
+        "HL005",
+        """
+        def train(model, loader, opt):
+            data_iter = tqdm.tqdm(enumerate(loader), total=len(loader))
+            for i, data in data_iter:
+                loss = model(data.cuda(non_blocking=True)).sum()
+                loss.backward()
+                opt.step()
+                if i % 10 == 0:
+                    print(i)
+        """,
+    ),
     "a pre-0.4 evaluation loop whose inputs are Variable(..., volatile=True) (HL018)": (
         "HL018",
         """
