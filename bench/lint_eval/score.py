@@ -3,11 +3,14 @@
     python bench/lint_eval/score.py --root /work/lint_corpus            # table per rule
     python bench/lint_eval/score.py --root DIR --show                    # plus every FP and FN
     python bench/lint_eval/score.py --root DIR --download                # fetch the files first
+    python bench/lint_eval/score.py --root DIR --mirror /work/.mirror    # or copy them out of git snapshots
 
 The public files are not in this repository (their licences are theirs): each `labels/*.json` names
 the repo, the commit and the paths, and `--download` reads them from raw.githubusercontent.com at that
-commit into `DIR/<owner>+<name>/<path>`. A lint finding is a true positive when a label of the same
-code covers its line (`line`..`end_line`); labels no finding matches are false negatives.
+commit into `DIR/<owner>+<name>/<path>`; where there is no web, `--mirror M` reads them with `git show
+<commit>:<path>` from snapshots at `M/<owner>+<name>/` (a bare git directory, `repo/` or `repo/.git/`).
+A lint finding is a true positive when a label of the same code covers its line (`line`..`end_line`);
+labels no finding matches are false negatives.
 See LABELING.md for what counts as real.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import urllib.request
 from collections import defaultdict
@@ -54,6 +58,30 @@ def download(root: Path, docs: list[dict]) -> None:
             with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 (a fixed https host)
                 dest.write_bytes(r.read())
             print(f"fetched {url}", file=sys.stderr)
+
+
+def from_mirror(root: Path, mirror: Path, docs: list[dict]) -> list[str]:
+    """Copy each labelled file (and its context) out of a local git snapshot; returns what is absent."""
+    absent = []
+    for doc in docs:
+        base = mirror / doc["repo"].replace("/", "+")
+        gits = [g for g in (base / "repo" / ".git", base / "repo", base) if (g / "HEAD").is_file()]
+        paths = sorted({p for f in doc["files"] for p in [f["path"], *f.get("context", [])]})
+        for path in paths:
+            dest = local_path(root, doc, path)
+            if dest.exists():
+                continue
+            if not gits:
+                absent.append(f"{doc['repo']}: no snapshot under {base}")
+                break
+            show = ["git", "--git-dir", str(gits[0]), "show", f"{doc['commit']}:{path}"]
+            r = subprocess.run(show, capture_output=True, check=False)
+            if r.returncode:
+                absent.append(f"{doc['repo']}@{doc['commit'][:10]}:{path}: {r.stderr.decode().strip()[:120]}")
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(r.stdout)
+    return absent
 
 
 def score(root: Path, docs: list[dict]) -> tuple[dict, list[str], list[str], int]:
@@ -98,12 +126,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", default="/work/lint_corpus", help="where the public files are (or go)")
     ap.add_argument("--download", action="store_true", help="fetch missing files at the labelled commits")
+    ap.add_argument("--mirror", help="copy missing files out of git snapshots under this folder")
     ap.add_argument("--show", action="store_true", help="list every false positive and false negative")
     ap.add_argument("--project", action="append", help="score only these projects")
     args = ap.parse_args()
     root, docs = Path(args.root), load_labels(args.project)
     if args.download:
         download(root, docs)
+    if args.mirror:
+        for line in from_mirror(root, Path(args.mirror), docs):
+            print(f"not in the snapshot: {line}", file=sys.stderr)
     per, fps, fns, missing = score(root, docs)
     n_files = sum(len(d["files"]) for d in docs)
     print(f"{n_files - missing} files from {len(docs)} projects ({', '.join(d['repo'] for d in docs)})")
