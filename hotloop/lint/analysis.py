@@ -48,6 +48,7 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 # evaluation loop feeds data the same way.)
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
+EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -59,8 +60,8 @@ def call_name(call: ast.Call) -> str:
 def is_step_call(node: ast.AST) -> bool:
     """`x.backward()`, `accelerator.backward(loss)`, `optimizer.step()`, `scaler.step(opt)`, and a call that
     hands a loss and the optimizer to a helper doing both (`loss_scaler(loss, optimizer, parameters=...)`)."""
-    if not isinstance(node, ast.Call):
-        return False
+    if not isinstance(node, ast.Call) or EPOCH_NAMED.search(call_name(node).split(".")[-1]):
+        return False  # `fit_one_epoch(model, yolo_loss, optimizer, ...)`: a whole epoch, given the loss *module*
     args = [dotted(a) for a in [*node.args, *(k.value for k in node.keywords)]]
     if any(re.search(r"(^|\.)(optimizer|optim|opt)$", a) for a in args) and any(
         re.search(r"(^|\.|_)loss(es)?$", a) for a in args
@@ -320,6 +321,10 @@ class ModuleInfo(KindModel, GateModel):
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
+        # A function named for an epoch that holds the step loop runs once per epoch: what it does around that
+        # loop (saving `last_epoch_weights.pth`) is per-epoch training code even with its caller in another file.
+        self.train_functions.update(fn for name in epoch_fns if EPOCH_NAMED.search(name)
+                                    for fn in self.functions.get(name, []))  # fmt: skip
         epoch_fns |= {
             call_name(n).split(".")[-1]
             for n in self.nodes

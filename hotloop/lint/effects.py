@@ -173,7 +173,7 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
     else:
         mi.train_functions.add(fn)
         mi.propagate()
-        made = mi.train_functions - saved[2]
+        made = (mi.train_functions - saved[2]) | {fn}  # (an epoch function is training code on its own already)
     # What the file's own lint reports: its hot code, if it reads as device code on its own.
     mi.made, mi.own_hot = made, (saved[1] | saved[3]) if saved[0] else set()  # type: ignore[attr-defined]
     try:

@@ -94,11 +94,33 @@ class LoaderChecks:
                     out.setdefault(key.value, val)
         return out
 
+    def _built_once_in_loop(self, c: ast.Call) -> bool:
+        """`if epoch >= freeze_epoch and not unfrozen: loader = DataLoader(...); unfrozen = True` in the epoch
+        loop: built at one epoch (`epoch == n` of the loop's counter, or a flag the branch itself sets), then
+        iterated every epoch after. Not `epoch > 0` or `step % 500 == 0`: those build it again and again."""
+        loop = self.mi.enclosing_loop(c)
+        target = loop.target if isinstance(loop, ast.For) else None
+        counter = {x.id for x in ast.walk(target) if isinstance(x, ast.Name)} if target is not None else set()
+        n = self.mi.parent.get(c)
+        while n is not None and n is not loop:
+            if isinstance(n, ast.If):
+                tested = {x.id for x in ast.walk(n.test) if isinstance(x, ast.Name)}
+                flags = {t.id for s in n.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+                         for t in s.targets if isinstance(t, ast.Name)}  # fmt: skip
+                at_one = any(isinstance(x, ast.Compare) and isinstance(x.ops[0], ast.Eq)
+                             and isinstance(x.left, ast.Name) and x.left.id in counter
+                             for x in ast.walk(n.test))  # fmt: skip
+                periodic = any(isinstance(x, ast.BinOp) and isinstance(x.op, ast.Mod) for x in ast.walk(n.test))
+                if tested & flags or at_one and not periodic:
+                    return True
+            n = self.mi.parent.get(n)
+        return False
+
     def _reiterated(self, c: ast.Call, depth: int = 0) -> bool:
         """The loader is iterated more than once in its lifetime: used inside a loop (an epoch loop around
         it), or handed to code that loops epochs. A loader built inside a loop, or iterated once (a test
         set read at the end, an evaluation loader rebuilt per call), never re-forks."""
-        if self.mi.enclosing_loop(c) is not None:
+        if self.mi.enclosing_loop(c) is not None and not self._built_once_in_loop(c):
             return False  # built per epoch: persistent workers would not survive the loader anyway
         assign = self.mi.parent.get(c)
         names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()

@@ -1,0 +1,92 @@
+"""Epoch functions and loaders built once inside the epoch loop (held-out batch AA's detector trainer, in our
+own words): `fit_one_epoch(model, yolo_loss, optimizer, ...)` is handed the loss *module* and the optimizer but
+runs a whole epoch, so its caller's loop is an epoch loop (not a step); its training loop's `.item()` is per
+step while its validation loop's is not; what it saves after its loop to a fixed name is overwritten every
+epoch; a loader rebuilt once at the unfreeze epoch (guarded by a flag the branch sets) is iterated for every
+epoch after, while one built under `step % 500 == 0` or `epoch > 0` is built again and again."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_source
+from hotloop.lint.effects import linting
+
+FIT = """
+import os
+import torch
+
+def fit_one_epoch(model, yolo_loss, optimizer, epoch, gen, gen_val, save_dir):
+    loss = 0
+    model.train()
+    for iteration, (images, targets) in enumerate(gen):
+        images = images.cuda(non_blocking=True)
+        optimizer.zero_grad()
+        loss_value = yolo_loss(model(images), targets)
+        loss_value.backward()
+        optimizer.step()
+        loss += loss_value.item()
+    val_loss = 0
+    model.eval()
+    for iteration, (images, targets) in enumerate(gen_val):
+        with torch.no_grad():
+            loss_value = yolo_loss(model(images.cuda(non_blocking=True)), targets)
+        val_loss += loss_value.item()
+    if (epoch + 1) % 10 == 0:
+        torch.save(model.state_dict(), os.path.join(save_dir, "ep%03d.pth" % (epoch + 1)))
+    torch.save(model.state_dict(), os.path.join(save_dir, "last_epoch_weights.pth"))
+"""
+
+TRAIN = """
+import torch
+from torch.utils.data import DataLoader
+from fit import fit_one_epoch
+
+def main(model, train_set, val_set, optimizer, yolo_loss, epochs, freeze_epoch, save_dir):
+    model.cuda()
+    gen = DataLoader(train_set, batch_size=8, num_workers=4, pin_memory=True, persistent_workers=True)
+    gen_val = DataLoader(val_set, batch_size=8, num_workers=4, pin_memory=True, persistent_workers=True)
+    unfrozen = False
+    for epoch in range(epochs):
+        if epoch >= freeze_epoch and not unfrozen:
+            gen = DataLoader(train_set, batch_size=4, num_workers=4, pin_memory=True)
+            unfrozen = True
+        if epoch == freeze_epoch + 10:
+            gen_val = DataLoader(val_set, batch_size=4, num_workers=4, pin_memory=True)
+        if epoch > 0:
+            gen_val = DataLoader(val_set, batch_size=4, num_workers=4, pin_memory=True)
+        fit_one_epoch(model, yolo_loss, optimizer, epoch, gen, gen_val, save_dir)
+"""
+
+
+def _at(src: str, text: str) -> int:
+    return next(i + 1 for i, t in enumerate(textwrap.dedent(src).splitlines()) if text in t)
+
+
+def test_an_epoch_function_reports_its_step_reads_and_its_per_epoch_fixed_name_save():
+    found = {(f.line, f.code) for f in lint_source(textwrap.dedent(FIT))}
+    assert found == {(_at(FIT, "loss += loss_value.item()"), "HL001"), (_at(FIT, '"last_epoch_weights'), "HL021")}
+
+
+def test_a_call_handing_the_loss_module_to_an_epoch_function_is_no_step(tmp_path: Path):
+    (tmp_path / "fit.py").write_text(textwrap.dedent(FIT))
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(TRAIN))
+    found = {(f.line, f.code): f.message for f in lint_source(script.read_text(), str(script))}
+    call = _at(TRAIN, "fit_one_epoch(model")
+    # once per epoch: the validation loop's read is not reported as a per-step read at the call ...
+    assert (call, "HL001") not in found
+    # ... while the fixed-name save it makes every epoch is, naming the line inside
+    assert "fit.py:" in found[(call, "HL021")]
+    # the loader rebuilt once at the unfreeze epoch, and the one built at one epoch, are re-iterated after
+    assert (_at(TRAIN, "gen = DataLoader(train_set, batch_size=4"), "HL011") in found
+    rebuilt = [line for line, code in found if code == "HL011"]
+    assert rebuilt.count(_at(TRAIN, "if epoch == freeze_epoch")) == 0
+    assert _at(TRAIN, "if epoch == freeze_epoch") + 1 in rebuilt
+    # built every epoch (`epoch > 0`): persistent workers would not outlive it
+    assert _at(TRAIN, "if epoch > 0") + 1 not in rebuilt
+    assert len(rebuilt) == 2
+    # linted together with fit.py, the helper's own lint reports the per-step read once, inside it
+    with linting([script, tmp_path / "fit.py"]):
+        assert (call, "HL001") not in {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
