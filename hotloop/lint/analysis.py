@@ -49,6 +49,9 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
+# Given a loss and the optimizer, these do not take the step: they run an epoch, or save/log/evaluate what they get.
+NOT_A_STEP_CALL = re.compile(r"(^|_)epoch($|_)|save|ckpt|checkpoint|log|print|eval|valid|test|record|report|write",
+                             re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -60,8 +63,8 @@ def call_name(call: ast.Call) -> str:
 def is_step_call(node: ast.AST) -> bool:
     """`x.backward()`, `accelerator.backward(loss)`, `optimizer.step()`, `scaler.step(opt)`, and a call that
     hands a loss and the optimizer to a helper doing both (`loss_scaler(loss, optimizer, parameters=...)`)."""
-    if not isinstance(node, ast.Call) or EPOCH_NAMED.search(call_name(node).split(".")[-1]):
-        return False  # `fit_one_epoch(model, yolo_loss, optimizer, ...)`: a whole epoch, given the loss *module*
+    if not isinstance(node, ast.Call) or NOT_A_STEP_CALL.search(call_name(node).split(".")[-1]):
+        return False  # `fit_one_epoch(model, yolo_loss, optimizer, ...)`, `save_model(epoch, model, optimizer, loss)`
     args = [dotted(a) for a in [*node.args, *(k.value for k in node.keywords)]]
     if any(re.search(r"(^|\.)(optimizer|optim|opt)$", a) for a in args) and any(
         re.search(r"(^|\.|_)loss(es)?$", a) for a in args

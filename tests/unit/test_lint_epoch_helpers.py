@@ -90,3 +90,42 @@ def test_a_call_handing_the_loss_module_to_an_epoch_function_is_no_step(tmp_path
     # linted together with fit.py, the helper's own lint reports the per-step read once, inside it
     with linting([script, tmp_path / "fit.py"]):
         assert (call, "HL001") not in {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+
+
+def test_a_save_given_the_optimizer_and_the_loss_is_no_step():
+    """Batch AB's retrieval trainer: `save_model(epoch, args, model, optimizer, tr_loss)` in the epoch loop
+    hands over a loss and the optimizer, but saves them; the epoch loop stays an epoch loop, so the
+    evaluation after it and the `empty_cache()` at the top of the epoch function are not per step. A helper
+    given both that does step (`train_batch(loss, optimizer)`) still makes its loop hot."""
+    src = """
+import torch
+
+def save_model(epoch, args, model, optimizer, tr_loss):
+    torch.save({"model": model.state_dict(), "opt": optimizer.state_dict()}, f"{args.out}/model_{epoch}.bin")
+
+def train_epoch(model, loader, optimizer):
+    torch.cuda.empty_cache()
+    for batch in loader:
+        loss = model(batch.cuda(non_blocking=True))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+def main(args, model, loader, test_loader, optimizer):
+    for epoch in range(args.epochs):
+        train_epoch(model, loader, optimizer)
+        tr_loss = 0.0
+        save_model(epoch, args, model, optimizer, tr_loss)
+        model.eval()
+        with torch.no_grad():
+            for x in test_loader:
+                print(model(x.cuda()).cpu().numpy())
+
+def fit(model, xs, optimizer, step_fn):
+    for x in xs:
+        loss = model(x)
+        step_fn(loss, optimizer)
+        print(loss.item())
+"""
+    found = sorted((f.line, f.code) for f in lint_source(textwrap.dedent(src)))
+    assert found == [(_at(src, "print(loss.item())"), "HL001")]
