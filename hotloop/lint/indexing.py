@@ -27,15 +27,23 @@ class IndexChecks:
     def _host(self, e: ast.expr, depth: int = 0) -> bool:  # pragma: no cover (HostProvenance's)
         raise NotImplementedError
 
+    def _scalar_tensor(self, e: ast.expr) -> bool:
+        """A one-element tensor, whose `.data[0]` is PyTorch 0.3's `.item()`: a loss or penalty by name, or a
+        full reduction (`grads.norm(2, dim=1).mean()`), not a batch whose `.data[0]` is its first row."""
+        if re.search(r"loss|penalty", dotted(e), re.I):
+            return True
+        return (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("mean", "sum")
+                and not e.args and not e.keywords)  # fmt: skip
+
     def subscript(self, node: ast.Subscript) -> None:
         if not self.mi.in_hot(node):
             return
         idx = node.slice
         value = node.value
         if (isinstance(value, ast.Attribute) and value.attr == "data" and isinstance(idx, ast.Constant)
-                and idx.value == 0 and re.search(r"loss", dotted(value.value), re.I)):  # fmt: skip
-            self.add("HL001", node, f"`{src(node)}` (PyTorch 0.3's spelling of `.item()`) reads the loss on the host "
-                                    "every step")  # fmt: skip
+                and idx.value == 0 and self._scalar_tensor(value.value)):  # fmt: skip
+            self.add("HL001", node, f"`{src(node)}` (PyTorch 0.3's spelling of `.item()`) reads the value on the "
+                                    "host every step")  # fmt: skip
             return
         store = isinstance(node.ctx, ast.Store)  # `x[mask] = v` is a masked fill on the device: no size to read
         if store and not any(self._numpy_index(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):

@@ -874,6 +874,28 @@ QUIET = {
                     self.assertEqual(out.shape[0], 1)
         """,
     ),
+    "appending `loss.data[0]` (a number in PyTorch 0.3, a detached view after) keeps no graph (HL019; wgan-gp)": (
+        "HL019",
+        """
+        def train(model, loader, opt, losses):
+            for x in loader:
+                d_loss = model(x.cuda(non_blocking=True)).mean()
+                d_loss.backward()
+                opt.step()
+                losses.append(d_loss.data[0])
+        """,
+    ),
+    "`.data[0]` of a batch is its first row, not a read (HL001)": (
+        "HL001",
+        """
+        def train(model, loader, opt, firsts):
+            for images in loader:
+                out = model(images.cuda(non_blocking=True))
+                out.mean().backward()
+                opt.step()
+                firsts.append(out.data[0])
+        """,
+    ),
     "a test batch every 10 steps evaluated under no_grad (HL018)": (
         "HL018",
         TEST_BATCH_EVERY_10 + "                with torch.no_grad():\n"
@@ -900,6 +922,21 @@ REPORTED = {
                 loss_l.backward()
                 opt.step()
                 loc_loss += loss_l.data[0]
+        """,
+    ),
+    "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
+        "HL001",
+        """
+        def critic_step(D, real, fake, opt, penalty_fn, losses):
+            gradient_penalty = penalty_fn(D, real, fake)
+            losses.append(gradient_penalty.data[0])
+            d_loss = D(fake).mean() - D(real).mean() + gradient_penalty
+            d_loss.backward()
+            opt.step()
+
+        def train(D, loader, opt, penalty_fn, losses):
+            for real, fake in loader:
+                critic_step(D, real.cuda(non_blocking=True), fake, opt, penalty_fn, losses)
         """,
     ),
     "a final test loop running `classifier(points)` without no_grad (HL018; PointNet, Z)": (
