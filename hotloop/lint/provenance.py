@@ -196,8 +196,12 @@ class HostProvenance:
         if depth > 6:
             return False
         if isinstance(e, ast.Name):
+            if self._moved_in_branch_before(e.id, at):
+                return True
             value = self.value_before(e.id, at)
             return value is not None and self.on_device(value, value, depth + 1)
+        if isinstance(e, (ast.List, ast.Tuple)):  # `torch.cat([batch_y[:, :k], dec_inp])`: one device, all of them
+            return any(self.on_device(x, at, depth + 1) for x in e.elts)
         if isinstance(e, ast.Attribute) and e.attr in ("shape", "dtype", "device", "ndim"):
             return False  # a tensor's metadata, on the host
         if isinstance(e, (ast.Subscript, ast.Attribute)):
@@ -220,6 +224,25 @@ class HostProvenance:
         if meth and isinstance(e.func, ast.Attribute) and self.on_device(e.func.value, at, depth + 1):
             return True  # `.detach()`, `.view()` of a device tensor
         return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
+
+    def _moved_in_branch_before(self, name: str, at: ast.AST) -> bool:
+        """`if self.use_cuda: alpha = alpha.cuda()` before, in `at`'s block: on the device in a GPU run (a branch
+        on another flag, `if use_batching: images = images.to(device)`, says nothing of the other path)."""
+        child, n = at, self.mi.parent.get(at)
+        while n is not None and not isinstance(n, (ast.Module, ast.Lambda)):
+            block = getattr(n, "body", None)
+            if isinstance(block, list) and child in block:
+                for s in reversed(block[: block.index(child)]):
+                    if isinstance(s, ast.Assign) and any(name in target_names(t) for t in s.targets):
+                        return False  # assigned again after the branch
+                    if (isinstance(s, ast.If) and re.search(r"cuda|gpu|device", ast.unparse(s.test), re.I)
+                            and isinstance(last := s.body[-1], ast.Assign)):  # fmt: skip
+                        if any(name in target_names(t) for t in last.targets) and isinstance(last.value, ast.Call):
+                            return moves_to_device(last.value) and isinstance(last.value.func, ast.Attribute)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                break
+            child, n = n, self.mi.parent.get(n)
+        return False
 
     def value_before(self, name: str, at: ast.AST) -> ast.expr | None:
         """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks

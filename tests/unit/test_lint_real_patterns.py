@@ -885,6 +885,41 @@ QUIET = {
                 losses.append(d_loss.data[0])
         """,
     ),
+    "`.cuda()` of a tensor built from ones moved under `if self.use_cuda:` copies nothing (HL012; wgan-gp)": (
+        "HL012",
+        """
+        class Trainer:
+            def _penalty(self, real, fake):
+                alpha = torch.rand(real.size(0), 1)
+                if self.use_cuda:
+                    alpha = alpha.cuda(non_blocking=True)
+                mixed = alpha * real.data + (1 - alpha) * fake.data
+                mixed = Variable(mixed, requires_grad=True)
+                if self.use_cuda:
+                    mixed = mixed.cuda()
+                return self.D(mixed).mean()
+
+            def train(self, loader):
+                for real, fake in loader:
+                    loss = self._penalty(real, fake)
+                    loss.backward()
+                    self.opt.step()
+        """,
+    ),
+    "`torch.cat([...])` of tensors already moved, moved again (HL012; Time-Series-Library)": (
+        "HL012",
+        """
+        def train(model, loader, opt, device, label_len):
+            for batch_x, batch_y in loader:
+                batch_x = batch_x.float().to(device, non_blocking=True)
+                batch_y = batch_y.float().to(device, non_blocking=True)
+                dec_inp = torch.zeros_like(batch_y[:, -4:, :]).float()
+                dec_inp = torch.cat([batch_y[:, :label_len, :], dec_inp], dim=1).float().to(device)
+                loss = model(batch_x, dec_inp).mean()
+                loss.backward()
+                opt.step()
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
@@ -922,6 +957,24 @@ REPORTED = {
                 loss_l.backward()
                 opt.step()
                 loc_loss += loss_l.data[0]
+        """,
+    ),
+    "a host image moved every step on the path where another flag did not move them all (HL012; NeRF)": (
+        "HL012",
+        """
+        def train(model, images, opt, device, use_batching, i_train):
+            if use_batching:
+                images = torch.Tensor(images).to(device)
+            for i in range(1000):
+                if use_batching:
+                    target = images[i]
+                else:
+                    img_i = np.random.choice(i_train)
+                    target = images[img_i]
+                    target = torch.Tensor(target).to(device)
+                loss = model(target).mean()
+                loss.backward()
+                opt.step()
         """,
     ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
