@@ -126,7 +126,11 @@ class LoaderChecks:
         names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
         if not names or any(n.startswith(("self.", "cls.")) for n in names):
             return True  # passed straight on or kept on an object: assume several epochs
-        scope = self.mi.enclosing_function(c)
+        return self._used_again(names, self.mi.enclosing_function(c), depth)
+
+    def _used_again(self, names: set[str], scope: ast.AST, depth: int, loops_only: bool = False) -> bool:
+        """A loader bound to `names` in `scope` is iterated in a loop there, or by its callers (returned); with
+        `loops_only`, handing it to an unknown consumer is no evidence."""
         for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
             if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)):
                 continue
@@ -142,6 +146,22 @@ class LoaderChecks:
                 if any(self._reiterated(call, depth + 1) for call in self.mi.calls_to.get(scope.name, [])):
                     return True
                 continue
+            if isinstance(outer, ast.Tuple) and isinstance(self.mi.parent.get(outer), ast.Return) and depth < 2:
+                # `return train_loader, train_sampler`: the caller's name at the same place in its unpacking
+                # (not when the name was rebound to `iter(loader)` before: one pass of an infinite sampler)
+                if any(isinstance(v, ast.Call) and call_name(v) in ("iter", "cycle")
+                       for v in assigned_values(dotted(u), walk_local(scope))):  # fmt: skip
+                    continue
+                i = outer.elts.index(u)
+                for call in self.mi.calls_to.get(getattr(scope, "name", ""), []):
+                    bound = self.mi.parent.get(call)
+                    t = bound.targets[0] if isinstance(bound, ast.Assign) and len(bound.targets) == 1 else None
+                    if (isinstance(t, ast.Tuple) and len(t.elts) == len(outer.elts) and dotted(t.elts[i])
+                            and self.mi.enclosing_loop(call) is None  # (a builder called per epoch: rebuilt)
+                            and self._used_again({dotted(t.elts[i])}, self.mi.enclosing_function(call), depth + 1,
+                                                 loops_only=True)):  # fmt: skip
+                        return True
+                continue
             while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
                 outer = self.mi.parent.get(outer)
             if isinstance(outer, (ast.For, ast.AsyncFor)) and outer.iter is not None and u in ast.walk(outer.iter):
@@ -151,7 +171,10 @@ class LoaderChecks:
             if self.mi.enclosing_loop(u) is not None:
                 return True  # used every epoch (`train(model, loader)` inside `for epoch ...`)
             call = self.mi.parent.get(u)
-            if isinstance(call, ast.Call) and u in call.args and not self.mi.targets_of(call):
+            if isinstance(call, ast.keyword):  # `BERTTrainer(bert, train_dataloader=loader)`
+                call = self.mi.parent.get(call)
+            given = isinstance(call, ast.Call) and (u in call.args or any(k.value is u for k in call.keywords))
+            if given and not loops_only and not self.mi.targets_of(call):  # type: ignore[arg-type]
                 if self.mi.call_name(call) not in ("len", "print", "iter", "next"):
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         return False  # never iterated where we can see it: no evidence of several epochs

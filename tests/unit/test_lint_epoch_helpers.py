@@ -129,3 +129,56 @@ def fit(model, xs, optimizer, step_fn):
 """
     found = sorted((f.line, f.code) for f in lint_source(textwrap.dedent(src)))
     assert found == [(_at(src, "print(loss.item())"), "HL001")]
+
+
+def test_loaders_handed_on_by_keyword_or_returned_in_a_tuple():
+    """A loader given by keyword to a trainer (BERT-pytorch), or returned by a builder in a tuple and iterated
+    every epoch by the caller (3D-ResNets), is re-iterated. Not when the builder runs inside the epoch loop
+    (rebuilt each time), when the tuple holds `iter(loader)` over an infinite sampler (VAR), or when the
+    caller only hands it to an unknown consumer once (an inference run)."""
+    src = """
+import torch
+from torch.utils.data import DataLoader
+
+def get_train_utils(opt, ds):
+    train_loader = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+    return train_loader, None
+
+def get_infinite(opt, ds):
+    ld = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+    ld = iter(ld)
+    return 10, ld
+
+def get_inference_utils(opt, ds):
+    inference_loader = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+    return inference_loader, ds.names
+
+def get_rebuilt(opt, ds):
+    rebuilt = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+    return rebuilt, None
+
+def main(opt, ds, model, opt_, Trainer, inference):
+    model.cuda()
+    keyword = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+    trainer = Trainer(model, train_dataloader=keyword)
+    loader, sampler = get_train_utils(opt, ds)
+    n, it = get_infinite(opt, ds)
+    inf_loader, names = get_inference_utils(opt, ds)
+    inference.run(inf_loader, model)
+    for epoch in range(opt.epochs):
+        r, _ = get_rebuilt(opt, ds)
+        for x in r:
+            pass
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt_.step()
+        for i in range(n):
+            x = next(it)
+"""
+    lines = textwrap.dedent(src).splitlines()
+    found = sorted(f.line for f in lint_source(textwrap.dedent(src)) if f.code == "HL011")
+    expect = [
+        next(i + 1 for i, t in enumerate(lines) if t.strip().startswith(s)) for s in ("train_loader =", "keyword =")
+    ]
+    assert found == sorted(expect)
