@@ -337,14 +337,14 @@ class ModuleInfo(KindModel, GateModel):
             for node in self.nodes:
                 if isinstance(node, ast.Call) and call_name(node).split(".")[-1] in epoch_fns:
                     self._mark(self.enclosing_loop(node), hot=False)
-        called_in_loops = {
-            call_name(n).split(".")[-1]
-            for loop in self.hot_loops | self.train_loops
-            for n in walk_local(loop)
-            if isinstance(n, ast.Call)
-        }
-        for name in self.step_functions & called_in_loops:
-            self.hot_functions.update(self.functions[name])
+        # (name, called as a method): `trainer.train(batch)` runs the method `train`, not the script's `def train()`
+        called_in_loops = {(call_name(n).split(".")[-1], isinstance(n.func, ast.Attribute))
+                           for loop in self.hot_loops | self.train_loops for n in walk_local(loop)
+                           if isinstance(n, ast.Call)}  # fmt: skip
+        for name, attr in called_in_loops:
+            if name in self.step_functions:
+                self.hot_functions.update(f for f in self.functions[name]
+                                          if isinstance(self.parent.get(f), ast.ClassDef) == attr)  # fmt: skip
         # Interprocedural: what a hot region calls every step is hot; what a training loop calls is training code.
         self._generators()
         self._callbacks()

@@ -34,10 +34,14 @@ class SaveChecks:
         body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))
         if local and (not re.search(r"save_state|save_pretrained|save_on_master", body) or "torch.save" in body):
             return False  # a same-file helper with torch.save is checked inside; one that saves nothing is no save
-        args = [*c.args, *(k.value for k in c.keywords)]
+        # what names the file: positional arguments and path-like keywords (not `max_shard_size="100GB"`)
+        args = [*c.args, *(k.value for k in c.keywords if re.search(r"path|dir|name|file|tag|epoch|step|prefix|which",
+                                                                     k.arg or "path"))]  # fmt: skip
         fixed = [x for a in args for x in ast.walk(a) if isinstance(x, ast.Constant) and isinstance(x.value, str)]
-        varying = any(re.search(r"epoch|step|iter", ast.unparse(a), re.I) and not isinstance(a, ast.Constant)
-                      for a in args)  # fmt: skip
+        # `current_model_directory = f"{save_dir}/model_{update_step}"` just before: a new directory each save
+        texts = [ast.unparse(a) + (" " + ast.unparse(v) if isinstance(a, ast.Name) and (v := self.value_before(a.id, c))
+                                   is not None else "") for a in args if not isinstance(a, ast.Constant)]  # fmt: skip
+        varying = any(re.search(r"epoch|step|iter", t, re.I) for t in texts)
         return bool(fixed) and not varying
 
     def _checkpoint_payload(self, c: ast.Call) -> bool:
@@ -150,6 +154,6 @@ class SaveChecks:
             return True
         formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
         # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
-        varying = re.compile(r"\b(ep|it|i|e|n_iter|batch_idx)\b|epoch(?!s)|step|iter|kimg|nimg|"
+        varying = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|step|iter|kimg|nimg|"
                              r"tick|acc|score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
         return any(varying.search(" ".join(g)) for g in formatted)

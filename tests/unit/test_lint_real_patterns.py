@@ -920,6 +920,51 @@ QUIET = {
                 opt.step()
         """,
     ),
+    "the script's own `def train(config)` is not the agent's `trainer.train(batch)` method (HL012; CORL, AC)": (
+        "HL012",
+        """
+        class Learner:
+            def train(self, batch):
+                loss = self.q(batch).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+
+        def train(config, buffer):
+            q_network = TwinQ(4, 2).to(config.device)
+            trainer = Learner(q_network)
+            for t in range(config.max_timesteps):
+                batch = buffer.sample(256)
+                trainer.train(batch)
+        """,
+    ),
+    "a checkpoint named by the RL time step `t` is a new file each save (HL021; CORL, AC)": (
+        "HL021",
+        """
+        def train(config, trainer, buffer):
+            for t in range(config.max_timesteps):
+                loss = trainer.loss(buffer.sample(256))
+                loss.backward()
+                trainer.opt.step()
+                if (t + 1) % config.eval_freq == 0:
+                    torch.save(trainer.state_dict(), os.path.join(config.checkpoints_path, f"checkpoint_{t}.pt"))
+        """,
+    ),
+    "`save_pretrained(dir_named_by_step, max_shard_size='100GB')` writes a new directory (HL021; GaLore, AC)": (
+        "HL021",
+        """
+        def train(args, model, loader, optimizer):
+            update_step = 0
+            for batch in loader:
+                loss = model(**batch).loss
+                loss.backward()
+                optimizer.step()
+                update_step += 1
+                if update_step % args.save_every == 0:
+                    current_model_directory = f"{args.save_dir}/model_{update_step}"
+                    model.module.save_pretrained(current_model_directory, max_shard_size="100GB")
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
