@@ -17,6 +17,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from hotloop.lint.attributes import class_attribute_kind
 from hotloop.lint.forks import branch_kind
 from hotloop.lint.syntax import assigned_values, constructed, dotted, method_name, target_names  # noqa: F401
 
@@ -413,6 +414,8 @@ class KindModel:
                 return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
             if CONFIG_NAME.match(dotted(e.value)):
                 return "scalar"  # `args.bce_loss`, `self.config.lr`: options, whatever their names
+            if (k := class_attribute_kind(self, e, info.node)) is not None:
+                return k  # what the class's other methods (its `__init__`) assign to `self.x`
             base = self.kind(e.value, info)
             if base == "scalar":
                 return "scalar"  # an attribute of a Python value (args.lr, ckpt.step)

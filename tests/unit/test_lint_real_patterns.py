@@ -965,6 +965,26 @@ QUIET = {
                     model.module.save_pretrained(current_model_directory, max_shard_size="100GB")
         """,
     ),
+    "a loss weight kept by `__init__` from a number parameter is a Python number (HL005; torchreid, AC)": (
+        "HL005",
+        """
+        class Engine:
+            def __init__(self, model, optimizer, weight_t=1.0, use_pix=True):
+                self.weight_t = weight_t
+                self.cri_pix = build_loss().to("cuda") if use_pix else None
+                self.model, self.optimizer = model, optimizer
+
+            def train_step(self, imgs):
+                out = self.model(imgs.cuda(non_blocking=True))
+                loss = 0
+                if self.weight_t > 0:
+                    loss = loss + self.weight_t * out.mean()
+                if self.cri_pix:
+                    loss = loss + self.cri_pix(out)
+                loss.backward()
+                self.optimizer.step()
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
@@ -1018,6 +1038,28 @@ REPORTED = {
                     target = images[img_i]
                     target = torch.Tensor(target).to(device)
                 loss = model(target).mean()
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "a replay buffer's device tensors, made in `__init__`, indexed with a NumPy index array (HL024; CORL, AC)": (
+        "HL024",
+        """
+        class ReplayBuffer:
+            def __init__(self, n, d, device="cpu"):
+                self._states = torch.zeros((n, d), dtype=torch.float32, device=device)
+                self._size = 0
+
+            def sample(self, batch_size):
+                indices = np.random.randint(0, self._size, size=batch_size)
+                return self._states[indices]
+
+        def train(data, model, opt, device):
+            model.to(device)
+            buffer = ReplayBuffer(100000, 17, device=device)
+            for t in range(1000):
+                batch = buffer.sample(256)
+                loss = model(batch).mean()
                 loss.backward()
                 opt.step()
         """,
