@@ -15,6 +15,7 @@ from collections.abc import Callable
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
 from hotloop.lint.structure import kw
 
+LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name given to a save helper
 PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema|actor|critic|"
                      r"policy|agent", re.I)  # fmt: skip
 
@@ -29,6 +30,12 @@ class SaveChecks:
         epoch or step in any argument) writes the same file every time."""
         base = self.mi.call_name(c).split(".")[-1]
         local = bool(self.mi.targets_of(c))
+        # `model.save("latest")`, `model.save_networks("latest")`, `save_model(..., epoch=epoch, epoch_name="last")`:
+        # the name is the literal, whatever else goes into the state (CycleGAN/SPADE/pix2pixHD, MAE-style)
+        literal = any(isinstance(a, ast.Constant) and isinstance(a.value, str) and LATEST.fullmatch(a.value)
+                      for a in [*c.args, *(k.value for k in c.keywords)])  # fmt: skip
+        if literal and re.fullmatch(r"save(_\w+)?", base) and not local:  # (a same-file helper is judged inside)
+            return True
         if not re.fullmatch(r"save(_(model|checkpoint|state|ckpt|pretrained))?", base) or base == "save" and not local:
             return False
         body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))

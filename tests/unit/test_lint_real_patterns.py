@@ -1064,6 +1064,35 @@ REPORTED = {
                 opt.step()
         """,
     ),
+    "`model.module.save('latest')` in the training loop overwrites the latest checkpoint (HL021; pix2pixHD)": (
+        "HL021",
+        """
+        def train(model, loader, opt, save_latest_freq):
+            total_steps = 0
+            for data in loader:
+                loss = model(data["label"].cuda(non_blocking=True)).mean()
+                loss.backward()
+                opt.step()
+                total_steps += 1
+                if total_steps % save_latest_freq == 0:
+                    model.module.save("latest")
+        """,
+    ),
+    "`misc.save_model(..., epoch=epoch, epoch_name='last')`: a fixed name (HL021; MAR)": (
+        "HL021",
+        """
+        import util.misc as misc
+
+        def main(args, model, loader, optimizer):
+            for epoch in range(args.epochs):
+                for x in loader:
+                    loss = model(x.cuda(non_blocking=True))
+                    loss.backward()
+                    optimizer.step()
+                if epoch % args.save_last_freq == 0:
+                    misc.save_model(args=args, model=model, optimizer=optimizer, epoch=epoch, epoch_name="last")
+        """,
+    ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
         "HL001",
         """
