@@ -142,11 +142,14 @@ class ModuleInfo(KindModel, GateModel):
             or "training_step" in source
             or bool(
                 re.search(
-                    r"DistributedDataParallel|FullyShardedDataParallel|fully_shard\(|device_ids|['\"]nccl['\"]", source
+                    r"DistributedDataParallel|FullyShardedDataParallel|fully_shard\(|device_ids|['\"]nccl['\"]|"
+                    r"torch\.cuda\.amp\.|GradScaler\(",
+                    source,  # (CUDA mixed precision: the batch is moved elsewhere)
                 )
             )
         )
-        self.uses_cuda = moves and bool(re.search(r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(", source))
+        cuda = r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(|torch\.cuda\.amp\."
+        self.uses_cuda = moves and bool(re.search(cuda, source))
         self.device_code = (
             self.uses_cuda
             or moves

@@ -26,6 +26,7 @@ TENSOR_NAME = re.compile(
     r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
     r"(_loss|_logits|_tensor|_t)$"
 )
+RECORD = re.compile(r"(dict|info|stats|disp|metrics|summary|log)s?$", re.I)  # `loss, tb_dict, disp_dict = model(x)`
 MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
                         re.I)  # fmt: skip
 LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
@@ -137,10 +138,11 @@ class KindModel:
                         if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):  # `self.cur_loss = l.item()`
                             history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else kind))
                         for name in target_names(t):
-                            history.setdefault(name, []).append((n.lineno, "none" if placeholder else kind))
+                            k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
+                            history.setdefault(name, []).append((n.lineno, "none" if placeholder else k))
                             if placeholder:
                                 continue  # `x = None` (else `x = tensor`): says nothing about x
-                            if kind == "tensor":
+                            if k == "tensor":
                                 info.tensors.add(name)
                                 info.scalars.discard(name)
                             elif kind == "scalar" and name not in info.tensors:

@@ -985,6 +985,20 @@ QUIET = {
                 self.optimizer.step()
         """,
     ),
+    "the dicts a model function returns beside its loss hold numbers (HL002; OpenPCDet, gmflow)": (
+        "HL002",
+        """
+        def train_one_epoch(model, optimizer, loader, model_func, tbar):
+            model.cuda()
+            scaler = torch.cuda.amp.GradScaler()
+            for batch in loader:
+                loss, tb_dict, disp_dict = model_func(model, batch)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                tbar.set_postfix(disp_dict)
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
@@ -1091,6 +1105,21 @@ REPORTED = {
                     optimizer.step()
                 if epoch % args.save_last_freq == 0:
                     misc.save_model(args=args, model=model, optimizer=optimizer, epoch=epoch, epoch_name="last")
+        """,
+    ),
+    "CUDA mixed precision with the batch moved inside a model function: rank 0's `.item()` (HL001; OpenPCDet)": (
+        "HL001",
+        """
+        def train_one_epoch(model, optimizer, loader, model_func, rank, use_amp):
+            scaler = torch.cuda.amp.GradScaler(enabled=use_amp)
+            for batch in loader:
+                with torch.cuda.amp.autocast(enabled=use_amp):
+                    loss, tb_dict, disp_dict = model_func(model, batch)
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                if rank == 0:
+                    disp_dict.update({"loss": loss.item()})
         """,
     ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
