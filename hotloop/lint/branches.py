@@ -18,6 +18,22 @@ def is_test(mi: ModuleInfo, node: ast.AST) -> bool:
     return isinstance(parent, (ast.If, ast.While, ast.IfExp)) and parent.test is node
 
 
+def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
+    """Under `if False:`, `if 0 and cfg.x:` (code switched off by hand, OpenPCDet's old save path), or in the
+    `else:` of `if True:`: dead code reads nothing."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and not isinstance(n, ast.Module):
+        if isinstance(n, ast.If) and child is not n.test:
+            t = n.test
+            tests = t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t]
+            false = any(isinstance(x, ast.Constant) and not x.value for x in tests)
+            true = isinstance(t, ast.Constant) and bool(t.value)
+            if false and child in n.body or true and child in n.orelse:
+                return True
+        child, n = n, mi.parent.get(n)
+    return False
+
+
 class BranchChecks:
     mi: ModuleInfo
 

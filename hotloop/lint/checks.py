@@ -20,7 +20,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
-from hotloop.lint.branches import BranchChecks, is_test
+from hotloop.lint.branches import BranchChecks, is_test, never_runs
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.imports import remote_steps
@@ -105,7 +105,8 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
         if "DistributedSampler" in src:
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
-            self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)))]  # fmt: skip
+            self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node))
+            or never_runs(self.mi, h.node))]  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))

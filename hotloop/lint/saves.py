@@ -161,6 +161,6 @@ class SaveChecks:
             return True
         formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
         # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
-        varying = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|step|iter|kimg|nimg|"
+        varying = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|iter|kimg|nimg|"
                              r"tick|acc|score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
         return any(varying.search(" ".join(g)) for g in formatted)

@@ -999,6 +999,30 @@ QUIET = {
                 tbar.set_postfix(disp_dict)
         """,
     ),
+    "a save switched off by hand with `if False and ...` is dead code (HL021; OpenPCDet, AD)": (
+        "HL021",
+        """
+        def train(model, loader, optimizer, ckpt_dir):
+            for batch in loader:
+                loss = model(batch.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+                if False and ckpt_dir is not None:
+                    torch.save(model.state_dict(), ckpt_dir + "/latest_model.pth")
+        """,
+    ),
+    "a checkpoint named by the RL episode is a new file each save (HL021; PlaNet, AD)": (
+        "HL021",
+        """
+        def main(args, model, env, optimizer):
+            for episode in range(args.episodes):
+                loss = model(env.sample().cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+                if episode % args.checkpoint_interval == 0:
+                    torch.save({"model": model.state_dict()}, os.path.join(args.results, "models_%d.pth" % episode))
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
