@@ -11,6 +11,7 @@ Mixed into `checks.Checker`; the cross-file pass asks `loader_missing` about a h
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
@@ -94,6 +95,15 @@ class LoaderChecks:
                     out.setdefault(key.value, val)
         return out
 
+    def _endless(self, c: ast.Call) -> bool:
+        """`DataLoader(ds, batch_sampler=make_batch_data_sampler(sampler, bs, args.max_iters))`, an
+        `InfiniteSampler`: the whole run is one pass, so there is no second epoch to re-fork workers for."""
+        given = [k.value for k in c.keywords if k.arg in ("sampler", "batch_sampler")]
+        fn = self.mi.enclosing_function(c)
+        text = " ".join(ast.unparse(g) + " " + " ".join(ast.unparse(v) for v in assigned_values(g.id, walk_local(fn)))
+                        if isinstance(g, ast.Name) else ast.unparse(g) for g in given)  # fmt: skip
+        return bool(re.search(r"infinite|iteration|max_iter|num_iter|total_iter|iters\b", text, re.I))
+
     def _built_once_in_loop(self, c: ast.Call) -> bool:
         """`if epoch >= freeze_epoch and not unfrozen: loader = DataLoader(...); unfrozen = True` in the epoch
         loop: built at one epoch (`epoch == n` of the loop's counter, or a flag the branch itself sets), then
@@ -122,6 +132,8 @@ class LoaderChecks:
         set read at the end, an evaluation loader rebuilt per call), never re-forks."""
         if self.mi.enclosing_loop(c) is not None and not self._built_once_in_loop(c):
             return False  # built per epoch: persistent workers would not survive the loader anyway
+        if self._endless(c):
+            return False  # one pass over an iteration-based sampler: the workers are forked once
         assign = self.mi.parent.get(c)
         names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
         if not names or any(n.startswith(("self.", "cls.")) for n in names):

@@ -1023,6 +1023,23 @@ QUIET = {
                     torch.save({"model": model.state_dict()}, os.path.join(args.results, "models_%d.pth" % episode))
         """,
     ),
+    "a loader over an iteration-based batch sampler is one pass: no persistent workers needed (HL011; AD)": (
+        "HL011",
+        """
+        class Trainer:
+            def __init__(self, args, train_dataset, train_sampler):
+                train_batch_sampler = make_batch_data_sampler(train_sampler, args.batch_size, args.max_iters)
+                self.train_loader = DataLoader(train_dataset, batch_sampler=train_batch_sampler,
+                                               num_workers=4, pin_memory=True)
+
+            def train(self):
+                self.model.cuda()
+                for iteration, (images, targets) in enumerate(self.train_loader):
+                    loss = self.model(images.cuda(non_blocking=True)).mean()
+                    loss.backward()
+                    self.optimizer.step()
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
