@@ -153,8 +153,8 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
             if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`
                 if shown := next((a for a in [*c.args, *(k.value for k in c.keywords)] if self.tensor(a)), None):
                     self.add("HL002", c, f"`str.format` formats the tensor `{_src(shown)}` on the host every step")
-            if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere") or (
-                meth in ("nonzero", "masked_select", "unique") and isinstance(c.func, ast.Attribute)
+            if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere", "torch.bincount") or (
+                meth in ("nonzero", "masked_select", "unique", "bincount") and isinstance(c.func, ast.Attribute)
                 and self.tensor(c.func.value)
             ):  # fmt: skip
                 self.add("HL006", c, f"`{meth or name}` has a data-dependent size: a sync every step")

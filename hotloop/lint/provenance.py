@@ -39,7 +39,7 @@ class HostProvenance:
         """The value read at `node` is a host tensor (made on the CPU, pinned, or from numpy), so the read is
         no device sync: `ix = torch.randint(n, (8,))` ... `data[i]` for i in ix, a pinned shard's header."""
         if isinstance(node, ast.Call):
-            reads = ("item", "cpu", "numpy", "tolist", "nonzero", "unique", "masked_select")
+            reads = ("item", "cpu", "numpy", "tolist", "nonzero", "unique", "masked_select", "bincount")
             method = (
                 isinstance(node.func, ast.Attribute)
                 and method_name(node) in reads

@@ -70,7 +70,7 @@ _R = [
     ),
     Rule(
         "HL006",
-        "data-dependent output size in the hot loop (`nonzero`, `masked_select`, `unique`, mask index)",
+        "data-dependent output size in the hot loop (`nonzero`, `masked_select`, `unique`, `bincount`, mask index)",
         "The size of the result is only known after the device computed it: a sync.",
         "kept = x[x > 0]",
         "kept = torch.where(x > 0, x, 0)",

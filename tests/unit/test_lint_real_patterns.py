@@ -1163,6 +1163,20 @@ REPORTED = {
                     disp_dict.update({"loss": loss.item()})
         """,
     ),
+    "`torch.bincount` on the device reads its maximum on the host to size its output (HL006; MTAN, AD)": (
+        "HL006",
+        """
+        def train(model, loader, opt, n):
+            mat = torch.zeros(n, n, device="cuda")
+            for x, target in loader:
+                pred = model(x.cuda(non_blocking=True))
+                loss = pred.mean()
+                loss.backward()
+                opt.step()
+                inds = n * target.cuda(non_blocking=True) + pred.argmax(1)
+                mat += torch.bincount(inds.flatten(), minlength=n**2).reshape(n, n)
+        """,
+    ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
         "HL001",
         """
