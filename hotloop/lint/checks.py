@@ -155,7 +155,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
                     self.add("HL002", c, f"`str.format` formats the tensor `{_src(shown)}` on the host every step")
             if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere", "torch.bincount") or (
                 meth in ("nonzero", "masked_select", "unique", "bincount") and isinstance(c.func, ast.Attribute)
-                and self.tensor(c.func.value)
+                and (self.tensor(c.func.value) or meth == "masked_select" and self.kind(c.func.value) is None)
             ):  # fmt: skip
                 self.add("HL006", c, f"`{meth or name}` has a data-dependent size: a sync every step")
             if meth in ("cpu", "numpy", "tolist") and isinstance(c.func, ast.Attribute) and not c.args:

@@ -144,6 +144,8 @@ class IndexChecks:
             return self._is_mask(e.operand, node)
         if isinstance(e, ast.Compare):
             return self.tensor(e)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`
+            return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
             return e.id in self._mask_names(node)
         return isinstance(e, ast.Call) and _bool_made(e)
@@ -155,6 +157,8 @@ class IndexChecks:
             if isinstance(n, ast.Assign) and (
                 isinstance(n.value, ast.Compare) and self.tensor(n.value)
                 or isinstance(n.value, ast.Call) and _bool_made(n.value)
+                or isinstance(n.value, ast.BinOp) and isinstance(n.value.op, (ast.BitAnd, ast.BitOr))
+                and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (n.value.left, n.value.right))
             ):  # fmt: skip
                 out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         return out

@@ -1177,6 +1177,36 @@ REPORTED = {
                 mat += torch.bincount(inds.flatten(), minlength=n**2).reshape(n, n)
         """,
     ),
+    "indexing with a mask made by `&` of two comparisons (HL006; MTAN's confusion matrix, AD)": (
+        "HL006",
+        """
+        def train(model, loader, opt, n):
+            for x, target in loader:
+                pred = model(x.cuda(non_blocking=True)).argmax(1)
+                target = target.cuda(non_blocking=True)
+                k = (target >= 0) & (target < n)
+                inds = n * target[k] + pred[k]
+                loss = model.loss(inds)
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "`masked_select` of a parameter whose name says nothing is still a tensor method (HL006; MTAN, AD)": (
+        "HL006",
+        """
+        def depth_error(x_pred, x_output):
+            mask = (torch.sum(x_output, dim=1) != 0).unsqueeze(1)
+            return x_output.masked_select(mask).mean()
+
+        def train(model, loader, opt, dataset):
+            for sample in loader:
+                out = model(sample["image"].cuda(non_blocking=True))
+                loss = out.mean()
+                loss.backward()
+                opt.step()
+                err = depth_error(out, dataset.depth_for(sample))
+        """,
+    ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
         "HL001",
         """
