@@ -453,7 +453,7 @@ class KindModel:
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.IfExp):
             kinds = {self.kind(e.body, info), self.kind(e.orelse, info)}
-            if "scalar" in kinds and any(isinstance(b, ast.Name) for b in (e.body, e.orelse)):
+            if "scalar" in kinds and any(isinstance(b, (ast.Name, ast.Subscript)) for b in (e.body, e.orelse)):
                 return "scalar"  # `g = g.item() if isinstance(g, torch.Tensor) else g`: a Python number after
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.Call):
@@ -463,7 +463,7 @@ class KindModel:
     def _call_kind(self, e: ast.Call, info: FunctionInfo) -> str | None:
         name = self.call_name(e)  # type: ignore[attr-defined]
         meth = method_name(e)
-        if meth in SCALAR_METHODS or name in SCALAR_FUNCS:
+        if meth in SCALAR_METHODS or name in SCALAR_FUNCS and not (name == "dict" and e.keywords):  # `dict(loss=l)`
             return "scalar"
         if meth in ("clip_grad_norm_", "get_total_norm"):
             return "tensor"  # the total norm, a device tensor (`torch.nn.utils` is otherwise not tensor-valued)

@@ -1040,6 +1040,23 @@ QUIET = {
                     self.optimizer.step()
         """,
     ),
+    "`x['mse'].item() if hasattr(x['mse'], 'item') else x['mse']` is a Python number after (HL002; world-models)": (
+        "HL002",
+        """
+        def get_loss(model, x, include_reward):
+            mse = model.reward_loss(x) if include_reward else 0
+            return dict(mse=mse, loss=model(x).mean() + mse)
+
+        def data_pass(model, loader, optimizer, pbar):
+            cum_mse = 0
+            for i, x in enumerate(loader):
+                losses = get_loss(model, x.cuda(non_blocking=True), True)
+                losses["loss"].backward()
+                optimizer.step()
+                cum_mse += losses["mse"].item() if hasattr(losses["mse"], "item") else losses["mse"]
+                pbar.set_postfix_str("mse={mse:10.6f}".format(mse=cum_mse / (i + 1)))
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
@@ -1205,6 +1222,23 @@ REPORTED = {
                 loss.backward()
                 opt.step()
                 err = depth_error(out, dataset.depth_for(sample))
+        """,
+    ),
+    "`.item()` of the losses a helper returns as `dict(loss=..., gmm=...)` (HL001; world-models, AE)": (
+        "HL001",
+        """
+        def get_loss(model, x):
+            gmm = model(x).mean()
+            return dict(gmm=gmm, loss=gmm * 2)
+
+        def data_pass(model, loader, optimizer):
+            cum_loss = 0
+            for x in loader:
+                losses = get_loss(model, x.cuda(non_blocking=True))
+                optimizer.zero_grad()
+                losses["loss"].backward()
+                optimizer.step()
+                cum_loss += losses["loss"].item()
         """,
     ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
