@@ -77,7 +77,9 @@ def from_mirror(root: Path, mirror: Path, docs: list[dict]) -> list[str]:
             show = ["git", "--git-dir", str(gits[0]), "show", f"{doc['commit']}:{path}"]
             r = subprocess.run(show, capture_output=True, check=False)
             if r.returncode:
-                absent.append(f"{doc['repo']}@{doc['commit'][:10]}:{path}: {r.stderr.decode().strip()[:120]}")
+                absent.append(
+                    f"{doc['repo']}@{doc['commit'][:10]}:{path}: {r.stderr.decode(errors='replace').strip()[:120]}"
+                )
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(r.stdout)

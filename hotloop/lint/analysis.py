@@ -10,8 +10,7 @@ Hot regions (code that runs every training step):
   hot too, to a fixpoint; one called from a training loop is a training function (HL020/HL021 look there).
 A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too). A
 step loop over something that is not data (a GAN's phases) inside a loop that fetches the batch is
-inside the step: that outer loop is hot. A loop that hands a step function to a wrapper
-(`timer(train_step)`) calls it.
+inside the step: that outer loop is hot. A loop that hands a step function to a wrapper (`timer(train_step)`) calls it.
 
 Gates (`gates.py`): statements in the body of an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
 whose words say so (`log`, `eval`, `save`, `checkpoint`, `verbose`, `interval`, ...) run once per
@@ -20,8 +19,7 @@ interval, not every step, and are not hot. An `if` whose body steps the optimize
 window, so its body is as hot as the loop. The `else:` branch of a gate runs on the other steps: hot.
 A `# sync: <why>` comment marks an intended host read.
 
-Names resolve through the module's imports and aliases (`import torch.nn.functional as F`,
-`from torch.cuda import synchronize`, `sync = torch.cuda.synchronize`).
+Names resolve through imports and aliases (`import torch.nn.functional as F`, `sync = torch.cuda.synchronize`).
 """
 
 from __future__ import annotations
@@ -49,9 +47,9 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
-# Given a loss and the optimizer, these do not take the step: they run an epoch, or save/log/evaluate what they get.
-NOT_A_STEP_CALL = re.compile(r"(^|_)epoch($|_)|save|ckpt|checkpoint|log|print|eval|valid|test|record|report|write",
-                             re.I)  # fmt: skip
+# Given a loss and the optimizer, these save/log/evaluate it or run an epoch: no step (whole words: not `retrieval`)
+NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
+                             r"|report|write)($|_)", re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -326,11 +324,11 @@ class ModuleInfo(KindModel, GateModel):
                         and not self._loops_over_data(fn, whiles=True)):  # fmt: skip
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
-        epoch_fns = {getattr(self.enclosing_function(loop), "name", None) for loop in self.hot_loops} - {None}
+        holders = {self.enclosing_function(loop) for loop in self.hot_loops} - {self.tree}
+        epoch_fns = {fn.name for fn in holders}  # type: ignore[attr-defined]
         # A function named for an epoch that holds the step loop runs once per epoch: what it does around that
         # loop (saving `last_epoch_weights.pth`) is per-epoch training code even with its caller in another file.
-        self.train_functions.update(fn for name in epoch_fns if EPOCH_NAMED.search(name)
-                                    for fn in self.functions.get(name, []))  # fmt: skip
+        self.train_functions.update(fn for fn in holders if EPOCH_NAMED.search(fn.name))  # type: ignore[attr-defined]
         epoch_fns |= {
             call_name(n).split(".")[-1]
             for n in self.nodes

@@ -3,10 +3,10 @@
 A replay buffer's `__init__` makes `self._states = torch.zeros(n, d, device=device)` and its `sample` indexes
 `self._states[idx]`; a loss's `__init__` keeps `self.weight_t = weight_t` (a Python number, defaulting to
 1.0) and its `forward` tests `if self.weight_t > 0`. The method reading the attribute assigns nothing to it,
-so its own history is silent: the other methods of the same class speak for it. A tensor anywhere wins (an
-attribute that is sometimes a tensor syncs when it is); a Python value only when every assignment is one; an
-attribute that is sometimes `None` and otherwise built by a call (`build_loss(opt).to(device)`) is left unknown:
-mostly an optional module, tested for existence.
+so its own history is silent: the class's methods speak for it. A tensor anywhere wins (an attribute that is
+sometimes a tensor syncs when it is); a Python value only when every assignment is one; `None` says nothing, except
+that an attribute sometimes `None` and otherwise built by a call that is not a `torch.*` factory
+(`build_loss(opt).to(device)`) is left unknown: mostly an optional module, tested for existence.
 """
 
 from __future__ import annotations
@@ -17,33 +17,36 @@ from hotloop.lint.syntax import dotted
 
 
 def class_attribute_kind(model, e: ast.Attribute, fn: ast.AST) -> str | None:  # noqa: ANN001 (a KindModel)
-    """'tensor', 'scalar' or None for `self.<attr>` read in method `fn`, by the class's other methods."""
+    """'tensor', 'scalar' or None for `self.<attr>` read in method `fn`, by what the class's methods assign it."""
     cls = model.parent.get(fn)
     if not isinstance(cls, ast.ClassDef) or not (isinstance(e.value, ast.Name) and e.value.id == "self"):
         return None
-    cache = model.__dict__.setdefault("_attribute_kinds", {})
-    key = (cls, e.attr)
-    if key in cache:
-        return cache[key]
-    cache[key] = None  # provisional: a method whose assignment reads the attribute again terminates
-    kinds = set()
+    key = (cls, e.attr)  # every method's assignments: the answer is the same whichever method asks first
+    if key in model.attribute_kinds:
+        return model.attribute_kinds[key]
+    model.attribute_kinds[key] = None  # provisional: an assignment that reads the attribute again terminates
+    kinds, made = set(), False
     for m in cls.body:
-        if m is fn or not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for n in model.walk_local(m):
             if isinstance(n, ast.Assign) and any(dotted(t) == f"self.{e.attr}" for t in n.targets):
-                v = n.value  # `x = build(...) if flag else None` too
-                none = any(isinstance(b, ast.Constant) and b.value is None
-                           for b in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,)))  # fmt: skip
-                kinds.add("none" if none else _value_kind(model, n.value, m))
-    if "none" in kinds:  # `self.cri_pix = build_loss(...).to(device)` or None: a module or nothing, tested for
-        kinds = {None} if kinds - {"none", "scalar"} else {"scalar"}
-    cache[key] = "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
-    return cache[key]
+                v = n.value  # `x = torch.zeros(n, device=d) if flag else None`: each branch
+                for b in (v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,):
+                    if isinstance(b, ast.Constant) and b.value is None:
+                        kinds.add("none")
+                        continue
+                    kinds.add(_value_kind(model, b, m))
+                    made |= isinstance(b, ast.Call) and dotted(b.func).startswith("torch.")
+    if "none" in kinds and not made:  # `build_loss(opt).to(device)` or None: an optional module, tested for
+        kinds = {None} if kinds - {"none", "scalar"} else kinds
+    kinds.discard("none")
+    model.attribute_kinds[key] = "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+    return model.attribute_kinds[key]
 
 
 def _value_kind(model, value: ast.expr, m: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:  # noqa: ANN001
-    """A parameter with a number (or None) for a default, or annotated `int`/`float`/`bool`, is a Python value."""
+    """A parameter with a number for a default, or annotated `int`/`float`/`bool`, is a Python value."""
     if isinstance(value, ast.Name):
         args = m.args
         pos = [*args.posonlyargs, *args.args]

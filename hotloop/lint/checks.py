@@ -203,7 +203,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
                 arg = c.args[0]
                 if (
                     isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript))
-                    and ".data" not in ast.unparse(arg)  # `loss.data[0]`, `out.data`: no graph comes along
+                    and not any(isinstance(x, ast.Attribute) and x.attr == "data" for x in ast.walk(arg))  # `l.data[0]`
                     and self.tensor(arg)
                     and re.search(r"loss|logit|out|pred|score|prob|hidden|feat|embed|activ", ast.unparse(arg))
                 ):

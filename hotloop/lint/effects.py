@@ -376,6 +376,14 @@ def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
     return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
 
 
+def _own_training(file: Path, name: str) -> bool:
+    """`name` is training code in its own file (an epoch function) and that file is linted in this run."""
+    file, name = defining(file, name)
+    helper = load_module(file, file.stat().st_mtime) if str(file.resolve()) in LINTED else None
+    fn = find_def(helper.tree, name) if helper is not None else None
+    return fn is not None and fn in helper.train_functions  # type: ignore[union-attr]
+
+
 def relative(project: Project, file: Path) -> str:
     """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
     return os.path.relpath(file, project.file.parent) if project.file else str(file)
@@ -412,6 +420,8 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
             # An epoch or step in the call may name the file inside the helper (through its parameters): no
             # claim then; a path the helper builds without them is in place whatever the call passes.
             leaves = _then_leaves(mi, c)
+            if _own_training(*target):
+                continue  # an epoch function whose file is linted in this run: its own lint reports the save
             for line, message, _ in [
                 h for h in saves_in(*target) if not (h[2] and _varying_args(mi, c, h[2]) or leaves)
             ][:1]:

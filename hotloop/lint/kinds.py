@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
 from hotloop.lint.forks import branch_kind
-from hotloop.lint.syntax import assigned_values, constructed, dotted, method_name, target_names  # noqa: F401
+from hotloop.lint.syntax import assigned_values, constructed, dotted, is_str, method_name, read_of, target_names  # noqa: F401
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
     r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
     r"(_loss|_logits|_tensor|_t)$"
 )
-RECORD = re.compile(r"(dict|info|stats|disp|metrics|summary|log)s?$", re.I)  # `loss, tb_dict, disp_dict = model(x)`
+# `loss, tb_dict, disp_dict = model_func(model, batch)`: the records a model call returns beside its tensors (whole
+# words: `pred_disp`, a disparity map, is a tensor)
+RECORD = re.compile(r"(^|_)(dict|info|infos|stats|metrics|summary|logs?)$", re.I)
 MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
                         re.I)  # fmt: skip
 LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
@@ -81,15 +83,6 @@ class FunctionInfo:
         return name not in self.scalars and bool(TENSOR_NAME.search(name))
 
 
-def _is_str(e: ast.expr) -> bool:
-    """A string by its spelling: a literal, an f-string, `'...'.format(...)`, or `+` with one of those."""
-    if isinstance(e, ast.JoinedStr) or isinstance(e, ast.Constant) and isinstance(e.value, str):
-        return True
-    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "format":
-        return _is_str(e.func.value)
-    return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and (_is_str(e.left) or _is_str(e.right))
-
-
 class KindModel:
     """Mixed into ModuleInfo: needs `call_name`, `functions`, `calls_to`, `walk_local`."""
 
@@ -97,6 +90,7 @@ class KindModel:
         self.info: dict[ast.AST, FunctionInfo] = {}
         self._returns: dict[ast.AST, str | None] = {}
         self._in_progress: set[ast.AST] = set()
+        self.attribute_kinds: dict[tuple[ast.AST, str], str | None] = {}  # `attributes.class_attribute_kind`'s
 
     def function_info(self, node: ast.AST) -> FunctionInfo:
         fn = self.enclosing_function(node)  # type: ignore[attr-defined]
@@ -428,7 +422,7 @@ class KindModel:
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None
         if isinstance(e, ast.BinOp):
-            if _is_str(e):
+            if is_str(e):
                 return "scalar"  # `title + ' ' + fmt(losses)`: string concatenation
             kinds = {self.kind(e.left, info), self.kind(e.right, info)}
             if "tensor" in kinds:
@@ -453,7 +447,11 @@ class KindModel:
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.IfExp):
             kinds = {self.kind(e.body, info), self.kind(e.orelse, info)}
-            if "scalar" in kinds and any(isinstance(b, (ast.Name, ast.Subscript)) for b in (e.body, e.orelse)):
+            if "scalar" in kinds and (
+                any(isinstance(b, ast.Name) for b in (e.body, e.orelse))
+                or read_of(e.body, e.orelse)
+                or read_of(e.orelse, e.body)
+            ):
                 return "scalar"  # `g = g.item() if isinstance(g, torch.Tensor) else g`: a Python number after
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.Call):

@@ -102,7 +102,7 @@ class LoaderChecks:
         fn = self.mi.enclosing_function(c)
         text = " ".join(ast.unparse(g) + " " + " ".join(ast.unparse(v) for v in assigned_values(g.id, walk_local(fn)))
                         if isinstance(g, ast.Name) else ast.unparse(g) for g in given)  # fmt: skip
-        return bool(re.search(r"infinite|iteration|max_iter|num_iter|total_iter|iters\b", text, re.I))
+        return bool(re.search(r"infinite|iterationbased|\b(max|num|total)_iters?\b", text, re.I))
 
     def _built_once_in_loop(self, c: ast.Call) -> bool:
         """`if epoch >= freeze_epoch and not unfrozen: loader = DataLoader(...); unfrozen = True` in the epoch
@@ -128,8 +128,9 @@ class LoaderChecks:
 
     def _reiterated(self, c: ast.Call, depth: int = 0) -> bool:
         """The loader is iterated more than once in its lifetime: used inside a loop (an epoch loop around
-        it), or handed to code that loops epochs. A loader built inside a loop, or iterated once (a test
-        set read at the end, an evaluation loader rebuilt per call), never re-forks."""
+        it), or handed to code that loops epochs. A loader built anew in each pass of a loop, iterated once (a
+        test set read at the end, an evaluation loader rebuilt per call), or over an endless sampler never
+        re-forks; one built once inside the loop (`_built_once_in_loop`) does."""
         if self.mi.enclosing_loop(c) is not None and not self._built_once_in_loop(c):
             return False  # built per epoch: persistent workers would not survive the loader anyway
         if self._endless(c):

@@ -226,19 +226,23 @@ class HostProvenance:
         return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
 
     def _moved_in_branch_before(self, name: str, at: ast.AST) -> bool:
-        """`if self.use_cuda: alpha = alpha.cuda()` before, in `at`'s block: on the device in a GPU run (a branch
-        on another flag, `if use_batching: images = images.to(device)`, says nothing of the other path)."""
+        """`if self.use_cuda: alpha = alpha.cuda()` in a block around `at`, before it, with no other binding of
+        `name` between: on the device in a GPU run (a branch on another flag, `if use_batching: images =
+        images.to(device)`, says nothing of the other path)."""
         child, n = at, self.mi.parent.get(at)
         while n is not None and not isinstance(n, (ast.Module, ast.Lambda)):
+            if isinstance(n, (ast.For, ast.AsyncFor)) and child is not n.iter and name in target_names(n.target):
+                return False  # `for images, labels in loader:` binds it anew every pass
             block = getattr(n, "body", None)
             if isinstance(block, list) and child in block:
                 for s in reversed(block[: block.index(child)]):
-                    if isinstance(s, ast.Assign) and any(name in target_names(t) for t in s.targets):
-                        return False  # assigned again after the branch
-                    if (isinstance(s, ast.If) and re.search(r"cuda|gpu|device", ast.unparse(s.test), re.I)
-                            and isinstance(last := s.body[-1], ast.Assign)):  # fmt: skip
-                        if any(name in target_names(t) for t in last.targets) and isinstance(last.value, ast.Call):
-                            return moves_to_device(last.value) and isinstance(last.value.func, ast.Attribute)
+                    last = s.body[-1] if isinstance(s, ast.If) else None
+                    if (isinstance(last, ast.Assign) and re.search(r"cuda|gpu|device", ast.unparse(s.test), re.I)
+                            and any(name in target_names(t) for t in last.targets)):  # fmt: skip
+                        return isinstance(last.value, ast.Call) and self.on_device(last.value, last.value)
+                    if any(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Store)
+                           for x in ast.walk(s)):  # fmt: skip
+                        return False  # bound again (assigned, a loop or `with` target) after any such branch
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 break
             child, n = n, self.mi.parent.get(n)

@@ -16,6 +16,7 @@ from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target
 from hotloop.lint.structure import kw
 
 LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name given to a save helper
+SAVER = re.compile(r"save(_(model|models|checkpoint|state|ckpt|pretrained|network|networks))?")  # not images
 PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema|actor|critic|"
                      r"policy|agent", re.I)  # fmt: skip
 
@@ -26,17 +27,19 @@ class SaveChecks:
     """HostProvenance's (both are mixed into `checks.Checker`)."""
 
     def _save_helper_in_place(self, c: ast.Call) -> bool:
-        """`utils.save_model(..., epoch="best")`: a save helper from another file given only fixed names (no
-        epoch or step in any argument) writes the same file every time."""
+        """A save helper from another file writes the same file every time when it is given the literal
+        `"latest"`/`"last"`/`"best"` (`model.save("latest")`, `save_model(..., epoch=epoch, epoch_name="last")`:
+        the epoch goes into the state), or only fixed names, no epoch or step in a positional or path-like
+        argument."""
         base = self.mi.call_name(c).split(".")[-1]
         local = bool(self.mi.targets_of(c))
         # `model.save("latest")`, `model.save_networks("latest")`, `save_model(..., epoch=epoch, epoch_name="last")`:
         # the name is the literal, whatever else goes into the state (CycleGAN/SPADE/pix2pixHD, MAE-style)
         literal = any(isinstance(a, ast.Constant) and isinstance(a.value, str) and LATEST.fullmatch(a.value)
                       for a in [*c.args, *(k.value for k in c.keywords)])  # fmt: skip
-        if literal and re.fullmatch(r"save(_\w+)?", base) and not local:  # (a same-file helper is judged inside)
+        if literal and SAVER.fullmatch(base) and not local:  # (a same-file helper is judged inside)
             return True
-        if not re.fullmatch(r"save(_(model|checkpoint|state|ckpt|pretrained))?", base) or base == "save" and not local:
+        if not SAVER.fullmatch(base) or base == "save" and not local:
             return False
         body = "".join(ast.unparse(f) for f in self.mi.targets_of(c))
         if local and (not re.search(r"save_state|save_pretrained|save_on_master", body) or "torch.save" in body):

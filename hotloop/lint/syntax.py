@@ -91,3 +91,21 @@ def method_of(
     bases = [classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes and b.id != cls.name]
     inherited = (method_of(b, names, classes, depth + 1) for b in bases if depth < 4)
     return found or next((f for f in inherited if f is not None), None)
+
+
+def is_str(e: ast.expr) -> bool:
+    """A string by its spelling: a literal, an f-string, `'...'.format(...)`, or `+` with one of those."""
+    if isinstance(e, ast.JoinedStr) or isinstance(e, ast.Constant) and isinstance(e.value, str):
+        return True
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr == "format":
+        return is_str(e.func.value)
+    return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and (is_str(e.left) or is_str(e.right))
+
+
+def read_of(read: ast.expr, x: ast.expr) -> bool:
+    """`read` brings `x` itself to Python: `x.item()`, `float(x)` (`l["mse"].item() if hasattr(...) else l["mse"]`)."""
+    if not isinstance(read, ast.Call):
+        return False
+    if isinstance(read.func, ast.Attribute) and read.func.attr == "item":
+        return ast.dump(read.func.value) == ast.dump(x)
+    return dotted(read.func) in ("float", "int") and len(read.args) == 1 and ast.dump(read.args[0]) == ast.dump(x)

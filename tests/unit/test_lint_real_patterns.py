@@ -885,7 +885,7 @@ QUIET = {
                 losses.append(d_loss.data[0])
         """,
     ),
-    "`.cuda()` of a tensor built from ones moved under `if self.use_cuda:` copies nothing (HL012; wgan-gp)": (
+    "`.cuda()` of a tensor computed from ones moved under `if self.use_cuda:` copies nothing (HL012; wgan-gp)": (
         "HL012",
         """
         class Trainer:
@@ -1055,6 +1055,18 @@ QUIET = {
                 optimizer.step()
                 cum_mse += losses["mse"].item() if hasattr(losses["mse"], "item") else losses["mse"]
                 pbar.set_postfix_str("mse={mse:10.6f}".format(mse=cum_mse / (i + 1)))
+        """,
+    ),
+    "sample images saved as 'latest' are no checkpoint (HL021; review)": (
+        "HL021",
+        """
+        def train(model, loader, optimizer, visualizer):
+            for step, x in enumerate(loader):
+                fake = model(x.cuda(non_blocking=True))
+                fake.mean().backward()
+                optimizer.step()
+                if step % 100 == 0:
+                    visualizer.save_images(fake, "latest")
         """,
     ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
@@ -1241,19 +1253,126 @@ REPORTED = {
                 cum_loss += losses["loss"].item()
         """,
     ),
+    "a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
+        "HL001",
+        """
+        def train(D, loader, opt, norms):
+            for real in loader:
+                gradients = D.grads(real.cuda(non_blocking=True))
+                norms.append(gradients.norm(2, dim=1).mean().data[0])
+                D(real).mean().backward()
+                opt.step()
+        """,
+    ),
+    "a step helper whose name only contains `eval`/`test`/`log` as part of a word still steps (HL001; review)": (
+        "HL001",
+        """
+        import steps
+
+        def train(model, loader, optimizer):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                steps.train_retrieval(loss, optimizer)
+                print(loss.item())
+        """,
+    ),
+    "a disparity map unpacked beside the loss is a tensor (HL005; review)": (
+        "HL005",
+        """
+        def train(model, loader, optimizer):
+            for imgL, imgR in loader:
+                loss, pred_disp = model(imgL.cuda(non_blocking=True), imgR.cuda(non_blocking=True))
+                loss.backward()
+                optimizer.step()
+                if pred_disp.max() > 192:
+                    print("large")
+        """,
+    ),
+    "a subscript of a device tensor in a conditional expression stays a tensor (HL005; review)": (
+        "HL005",
+        """
+        def train(model, loader, optimizer):
+            w = torch.ones(10, device="cuda")
+            for i, x in enumerate(loader):
+                s = w[i] if i < 10 else 1.0
+                if s > 0.5:
+                    loss = model(x.cuda(non_blocking=True)).mean()
+                    loss.backward()
+                    optimizer.step()
+        """,
+    ),
+    "a sampler sized by `num_iters_per_epoch` is iterated every epoch (HL011; review)": (
+        "HL011",
+        """
+        def main(args, ds, model, optimizer):
+            model.cuda()
+            sampler = RandomSampler(ds, replacement=True, num_samples=args.num_iters_per_epoch * 32)
+            loader = DataLoader(ds, batch_size=32, sampler=sampler, num_workers=4, pin_memory=True)
+            for epoch in range(args.epochs):
+                for x in loader:
+                    loss = model(x.cuda(non_blocking=True)).mean()
+                    loss.backward()
+                    optimizer.step()
+        """,
+    ),
+    "images moved once for a graph, then rebound by the loop, are copied blocking every step (HL012; review)": (
+        "HL012",
+        """
+        def train(model, loader, optimizer, writer, images, use_cuda):
+            if use_cuda:
+                images = images.cuda()
+            writer.add_graph(model, images)
+            for images, labels in loader:
+                loss = model(images.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+        """,
+    ),
+    "a buffer's device tensor that is None without rewards is still a device tensor (HL024; review)": (
+        "HL024",
+        """
+        class Buffer:
+            def __init__(self, n, device, with_rewards=True):
+                self._r = torch.zeros(n, device=device) if with_rewards else None
+
+            def sample(self, b):
+                idx = np.random.randint(0, 10, size=b)
+                return self._r[idx]
+
+        def train(model, opt, device):
+            model.to(device)
+            buf = Buffer(100, device)
+            for t in range(10):
+                loss = model(buf.sample(4)).mean()
+                loss.backward()
+                opt.step()
+        """,
+    ),
+    "appending `model.data_loss` keeps its graph: the name has no `.data` attribute in it (HL019; review)": (
+        "HL019",
+        """
+        def train(model, loader, opt, hist):
+            for x in loader:
+                model(x.cuda(non_blocking=True))
+                model.data_loss.backward()
+                opt.step()
+                hist.append(model.data_loss)
+        """,
+    ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
         "HL001",
         """
-        def critic_step(D, real, fake, opt, penalty_fn, losses):
+        def critic_step(D, real, fake, opt, penalty_fn, losses, norms):
             gradient_penalty = penalty_fn(D, real, fake)
             losses.append(gradient_penalty.data[0])
+            norms.append(D.grads(real).norm(2, dim=1).mean().data[0])
             d_loss = D(fake).mean() - D(real).mean() + gradient_penalty
             d_loss.backward()
             opt.step()
 
-        def train(D, loader, opt, penalty_fn, losses):
+        def train(D, loader, opt, penalty_fn, losses, norms):
             for real, fake in loader:
-                critic_step(D, real.cuda(non_blocking=True), fake, opt, penalty_fn, losses)
+                critic_step(D, real.cuda(non_blocking=True), fake, opt, penalty_fn, losses, norms)
         """,
     ),
     "a final test loop running `classifier(points)` without no_grad (HL018; PointNet, Z)": (
