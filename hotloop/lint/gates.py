@@ -119,7 +119,24 @@ class GateModel:
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
     def boundary_gate(self, node: ast.If) -> bool:
-        return (is_gate(node.test) or self._named_gate(node.test, node)) and not self.is_update_gate(node)
+        return ((is_gate(node.test) or self._named_gate(node.test, node)) and not self.is_update_gate(node)
+                and not self._period_of_one(node.test, node))  # fmt: skip
+
+    def _period_of_one(self, test: ast.expr, at: ast.AST) -> bool:
+        """`if (batch_num + 1) % print_modulus == 0:` with `print_modulus=1` the default of the function's
+        parameter or of the script's flag: by default the gate opens every step, so its body is hot."""
+        mods = [n.right for n in ast.walk(test) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)]
+        return bool(mods) and all(self._one_by_default(m, at) for m in mods)
+
+    def _one_by_default(self, e: ast.expr, at: ast.AST) -> bool:
+        if isinstance(e, ast.Name):
+            args = getattr(self.enclosing_function(at), "args", None)  # type: ignore[attr-defined]
+            pos = [*args.posonlyargs, *args.args] if args is not None else []
+            defaults = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True)
+                            ) if args is not None else {}  # fmt: skip
+            e = defaults.get(e.id, e)
+        value = e.value if isinstance(e, ast.Constant) else self.cli_default(e)  # type: ignore[attr-defined]
+        return type(value) is int and value == 1
 
     def _named_gate(self, test: ast.expr, node: ast.AST) -> bool:
         """`early_phase = batch_idx % log_frequency == 0 and ...` then `if early_phase or late_phase:` (monodepth2):

@@ -1069,6 +1069,18 @@ QUIET = {
                     visualizer.save_images(fake, "latest")
         """,
     ),
+    "a print gate whose period defaults to 50 is a boundary (HL001)": (
+        "HL001",
+        """
+        def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus=50):
+            for batch_num, (x, tgt) in enumerate(dataloader):
+                out = loss(model(x.cuda(non_blocking=True)), tgt.cuda(non_blocking=True))
+                out.backward()
+                opt.step()
+                if (batch_num + 1) % print_modulus == 0:
+                    print("Train loss:", float(out))
+        """,
+    ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
         """
@@ -1357,6 +1369,18 @@ REPORTED = {
                 model.data_loss.backward()
                 opt.step()
                 hist.append(model.data_loss)
+        """,
+    ),
+    "a print gate whose period defaults to 1 opens every step (HL001; MusicTransformer, AE)": (
+        "HL001",
+        """
+        def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus=1):
+            for batch_num, (x, tgt) in enumerate(dataloader):
+                out = loss(model(x.cuda(non_blocking=True)), tgt.cuda(non_blocking=True))
+                out.backward()
+                opt.step()
+                if (batch_num + 1) % print_modulus == 0:
+                    print("Train loss:", float(out))
         """,
     ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
