@@ -92,6 +92,11 @@ class ModuleInfo(KindModel, GateModel):
                 stack.append(child)
         self.nodes.reverse()  # parents before children, as ast.walk
         self.aliases = self._aliases()
+        # `train = partial(data_pass, train=True)` at module level: calls of `train` reach `data_pass`
+        self.partials = {n.targets[0].id: n.value.args[0].id for n in self.tree.body
+                         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                         and isinstance(n.value, ast.Call) and dotted(n.value.func) in ("partial", "functools.partial")
+                         and n.value.args and isinstance(n.value.args[0], ast.Name)}  # fmt: skip
         self.functions: dict[str, list[ast.AST]] = {}
         for n in self.nodes:
             if isinstance(n, FUNCS):
@@ -191,40 +196,15 @@ class ModuleInfo(KindModel, GateModel):
             return name
         return f"{full}.{rest}" if rest else full
 
-    def cli_default(self, e: ast.expr) -> object:
-        """The default of `args.<name>` from this module's `add_argument("--name", default=...)` (store_true:
-        False, store_false: True); `...` when unknown."""
-        if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)):
-            return ...
-        cache = self.__dict__.setdefault("_cli", None)
-        if cache is None:
-            cache = self._cli = {}
-            for n in self.nodes:
-                if isinstance(n, ast.Call) and method_name(n) == "add_argument" and n.args:
-                    flags = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-                    kws = {k.arg: k.value for k in n.keywords if k.arg}
-                    if "default" in kws and isinstance(kws["default"], ast.Constant):
-                        value = kws["default"].value
-                    elif isinstance(kws.get("action"), ast.Constant) and kws["action"].value in (
-                        "store_true",
-                        "store_false",
-                    ):
-                        value = kws["action"].value == "store_false"
-                    else:
-                        continue
-                    for f in flags:
-                        cache[kws["dest"].value if isinstance(kws.get("dest"), ast.Constant) else
-                              f.lstrip("-").replace("-", "_")] = value  # fmt: skip
-        return cache.get(e.attr, ...)
-
     def call_name(self, call: ast.Call) -> str:
         return self._resolve(dotted(call.func), self.aliases)
 
     def local_target(self, call: ast.Call) -> str:
-        """The name of the same-file function a call may reach: `f(...)`, `self.f(...)`, `cls.f(...)`."""
+        """The name of the same-file function a call may reach: `f(...)`, `self.f(...)`, `cls.f(...)`, and `g(...)`
+        with `g = partial(f, train=True)` assigned once at module level (world-models' epoch function)."""
         f = call.func
         if isinstance(f, ast.Name):
-            return f.id
+            return self.partials.get(f.id, f.id)
         if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
             return f.attr
         return ""
@@ -336,7 +316,7 @@ class ModuleInfo(KindModel, GateModel):
         }  # `train_one_epoch` from another file
         if epoch_fns:
             for node in self.nodes:
-                if isinstance(node, ast.Call) and call_name(node).split(".")[-1] in epoch_fns:
+                if isinstance(node, ast.Call) and {call_name(node).split(".")[-1], self.local_target(node)} & epoch_fns:
                     self._mark(self.enclosing_loop(node), hot=False)
         # (name, called as a method): `trainer.train(batch)` runs the method `train`, not the script's `def train()`
         called_in_loops = {(call_name(n).split(".")[-1], isinstance(n.func, ast.Attribute))

@@ -118,6 +118,32 @@ class GateModel:
             return False
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
+    def cli_default(self, e: ast.expr) -> object:
+        """The default of `args.<name>` from this module's `add_argument("--name", default=...)` (store_true:
+        False, store_false: True); `...` when unknown."""
+        if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)):
+            return ...
+        cache = self.__dict__.setdefault("_cli", None)
+        if cache is None:
+            cache = self._cli = {}
+            for n in self.nodes:  # type: ignore[attr-defined]
+                if isinstance(n, ast.Call) and method_name(n) == "add_argument" and n.args:
+                    flags = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                    kws = {k.arg: k.value for k in n.keywords if k.arg}
+                    if "default" in kws and isinstance(kws["default"], ast.Constant):
+                        value = kws["default"].value
+                    elif isinstance(kws.get("action"), ast.Constant) and kws["action"].value in (
+                        "store_true",
+                        "store_false",
+                    ):
+                        value = kws["action"].value == "store_false"
+                    else:
+                        continue
+                    for f in flags:
+                        cache[kws["dest"].value if isinstance(kws.get("dest"), ast.Constant) else
+                              f.lstrip("-").replace("-", "_")] = value  # fmt: skip
+        return cache.get(e.attr, ...)
+
     def boundary_gate(self, node: ast.If) -> bool:
         return ((is_gate(node.test) or self._named_gate(node.test, node)) and not self.is_update_gate(node)
                 and not self._period_of_one(node.test, node))  # fmt: skip

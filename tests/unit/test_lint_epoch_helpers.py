@@ -187,3 +187,35 @@ def main(opt, ds, model, opt_, Trainer, inference):
         next(i + 1 for i, t in enumerate(lines) if t.strip().startswith(s)) for s in ("train_loader =", "keyword =")
     ]
     assert found == sorted(expect)
+
+
+def test_an_epoch_function_called_through_functools_partial(tmp_path: Path):
+    """world-models (AE): `train = partial(data_pass, train=True)` at module level, `train(e)` in the epoch loop:
+    the loop is a training loop, so the fixed-name save a project helper makes there every epoch is reported;
+    the step read inside `data_pass` is reported there."""
+    (tmp_path / "misc.py").write_text("import torch\n\ndef save_checkpoint(state, filename):\n"
+                                      "    torch.save(state, filename)\n")  # fmt: skip
+    src = """
+import torch
+from functools import partial
+from misc import save_checkpoint
+
+def data_pass(epoch, train, model, loader, optimizer):
+    for x in loader:
+        loss = model(x.cuda(non_blocking=True)).mean()
+        if train:
+            loss.backward()
+            optimizer.step()
+        print(loss.item())
+
+train = partial(data_pass, train=True)
+
+for e in range(10):
+    train(e, model=None, loader=[], optimizer=None)
+    save_checkpoint({"e": e}, "checkpoint.tar")
+"""
+    script = tmp_path / "trainmdrnn.py"
+    script.write_text(src)
+    found = {(f.line, f.code) for f in lint_source(src, str(script))}
+    assert (_at(src, "save_checkpoint({"), "HL021") in found
+    assert (_at(src, "print(loss.item())"), "HL001") in found
