@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.syntax import dotted
+from hotloop.lint.syntax import dotted, param_defaults
 
 
 def class_attribute_kind(model, e: ast.Attribute, fn: ast.AST) -> str | None:  # noqa: ANN001 (a KindModel)
@@ -48,14 +48,11 @@ def class_attribute_kind(model, e: ast.Attribute, fn: ast.AST) -> str | None:  #
 def _value_kind(model, value: ast.expr, m: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:  # noqa: ANN001
     """A parameter with a number for a default, or annotated `int`/`float`/`bool`, is a Python value."""
     if isinstance(value, ast.Name):
-        args = m.args
-        pos = [*args.posonlyargs, *args.args]
-        defaults = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True))
-        defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)
-        d = defaults.get(value.id)
+        d = param_defaults(m).get(value.id)
         if isinstance(d, ast.Constant) and isinstance(d.value, (int, float, bool)):
             return "scalar"
-        ann = next((a.annotation for a in [*pos, *args.kwonlyargs] if a.arg == value.id), None)
+        args = m.args
+        ann = next((a.annotation for a in [*args.posonlyargs, *args.args, *args.kwonlyargs] if a.arg == value.id), None)
         if ann is not None and ast.unparse(ann) in ("int", "float", "bool"):
             return "scalar"
     return model.kind(value, model.info_of(m))

@@ -24,6 +24,7 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+from hotloop.lint.syntax import param_defaults
 
 EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
@@ -100,13 +101,8 @@ def _optional(mi: ModuleInfo, name: ast.Name, node: ast.AST) -> bool:
     if TARGETS.fullmatch(name.id):  # `if targets is not None:` in a forward: the training path, every step
         return False
     fn = mi.enclosing_function(node)
-    args = getattr(fn, "args", None)
-    if args is not None:
-        pos = [*args.posonlyargs, *args.args]
-        defaults = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True))
-        defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)
-        if isinstance(d := defaults.get(name.id), ast.Constant) and d.value is None:
-            return True
+    if isinstance(d := param_defaults(fn).get(name.id), ast.Constant) and d.value is None:
+        return True
     return any(isinstance(v, ast.Call) and call_name(v).rpartition(".")[2] == "get" for v in
                assigned_values(name.id, walk_local(fn)))  # fmt: skip
 
@@ -304,7 +300,7 @@ def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
         return False
     names = [a.arg for a in fn.args.args]
     params = names[1:] if names[:1] == ["self"] else names
-    defaults = dict(zip(names[len(names) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
+    defaults = param_defaults(fn)
     given = next((k.value for k in call.keywords if k.arg == value.id), None)
     if given is None and value.id in params and params.index(value.id) < len(call.args):
         given = call.args[params.index(value.id)]

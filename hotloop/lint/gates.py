@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import assigned_values, dotted, method_name
+from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
@@ -156,11 +156,7 @@ class GateModel:
 
     def _one_by_default(self, e: ast.expr, at: ast.AST) -> bool:
         if isinstance(e, ast.Name):
-            args = getattr(self.enclosing_function(at), "args", None)  # type: ignore[attr-defined]
-            pos = [*args.posonlyargs, *args.args] if args is not None else []
-            defaults = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True)
-                            ) if args is not None else {}  # fmt: skip
-            e = defaults.get(e.id, e)
+            e = param_defaults(self.enclosing_function(at)).get(e.id, e)  # type: ignore[attr-defined]
         value = e.value if isinstance(e, ast.Constant) else self.cli_default(e)  # type: ignore[attr-defined]
         return type(value) is int and value == 1
 

@@ -109,3 +109,14 @@ def read_of(read: ast.expr, x: ast.expr) -> bool:
     if isinstance(read.func, ast.Attribute) and read.func.attr == "item":
         return ast.dump(read.func.value) == ast.dump(x)
     return dotted(read.func) in ("float", "int") and len(read.args) == 1 and ast.dump(read.args[0]) == ast.dump(x)
+
+
+def param_defaults(fn: ast.AST) -> dict[str, ast.expr]:
+    """Parameter name -> its default expression (positional and keyword-only) of a function; {} for others."""
+    args = getattr(fn, "args", None)
+    if args is None:
+        return {}
+    pos = [*args.posonlyargs, *args.args]
+    out = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True))
+    out.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)
+    return out

@@ -45,6 +45,17 @@ def main(classifier, dataloader, testdataloader, optimizer, epochs):
                 classifier = classifier.eval()
 """
 
+# MusicTransformer's `train_epoch(..., print_modulus=1)`: a `%` gate whose period defaults to 1 opens every step.
+PRINT_GATE = """
+def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus={period}):
+    for batch_num, (x, tgt) in enumerate(dataloader):
+        out = loss(model(x.cuda(non_blocking=True)), tgt.cuda(non_blocking=True))
+        out.backward()
+        opt.step()
+        if (batch_num + 1) % print_modulus == 0:
+            print("Train loss:", float(out))
+"""
+
 QUIET = {
     "StepLR whose step_size (a CLI default of 10000) counts iterations, stepped every batch (HL014)": (
         "HL014",
@@ -1071,15 +1082,7 @@ QUIET = {
     ),
     "a print gate whose period defaults to 50 is a boundary (HL001)": (
         "HL001",
-        """
-        def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus=50):
-            for batch_num, (x, tgt) in enumerate(dataloader):
-                out = loss(model(x.cuda(non_blocking=True)), tgt.cuda(non_blocking=True))
-                out.backward()
-                opt.step()
-                if (batch_num + 1) % print_modulus == 0:
-                    print("Train loss:", float(out))
-        """,
+        PRINT_GATE.format(period=50),
     ),
     "`.data[0]` of a batch is its first row, not a read (HL001)": (
         "HL001",
@@ -1373,15 +1376,7 @@ REPORTED = {
     ),
     "a print gate whose period defaults to 1 opens every step (HL001; MusicTransformer, AE)": (
         "HL001",
-        """
-        def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus=1):
-            for batch_num, (x, tgt) in enumerate(dataloader):
-                out = loss(model(x.cuda(non_blocking=True)), tgt.cuda(non_blocking=True))
-                out.backward()
-                opt.step()
-                if (batch_num + 1) % print_modulus == 0:
-                    print("Train loss:", float(out))
-        """,
+        PRINT_GATE.format(period=1),
     ),
     "a penalty's and a full reduction's `.data[0]` every critic step (HL001; wgan-gp, AB)": (
         "HL001",
