@@ -51,6 +51,7 @@ EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_ep
 NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
                              r"|report|write)($|_)", re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `envs.step(action)`: one environment step
 
 
 def call_name(call: ast.Call) -> str:
@@ -318,6 +319,7 @@ class ModuleInfo(KindModel, GateModel):
             for node in self.nodes:
                 if isinstance(node, ast.Call) and {call_name(node).split(".")[-1], self.local_target(node)} & epoch_fns:
                     self._mark(self.enclosing_loop(node), hot=False)
+        self._rollouts()
         # (name, called as a method): `trainer.train(batch)` runs the method `train`, not the script's `def train()`
         called_in_loops = {(call_name(n).split(".")[-1], isinstance(n.func, ast.Attribute))
                            for loop in self.hot_loops | self.train_loops for n in walk_local(loop)
@@ -372,6 +374,16 @@ class ModuleInfo(KindModel, GateModel):
         while loop is not None:
             self.train_loops.add(loop)
             loop = self.enclosing_loop(loop)
+
+    def _rollouts(self) -> None:
+        """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`) runs
+        once per environment step, as often as the updates it feeds: its loop is hot like a step loop."""
+        for n in self.nodes:
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+                    and ENV.search(dotted(n.func.value) or "")):  # fmt: skip
+                loop = self.enclosing_loop(n)
+                if loop is not None and loop not in self.hot_loops and self.enclosing_loop(loop) in self.train_loops:
+                    self.hot_loops.add(loop)
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls

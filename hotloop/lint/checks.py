@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hotloop.lint.analysis import (
+    ENV,
     MODEL_NAME,
     ModuleInfo,
     assigned_values,
@@ -105,8 +106,17 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
         if "DistributedSampler" in src:
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
-            self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node))
-            or never_runs(self.mi, h.node))]  # fmt: skip
+            self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)
+            or self._feeds_env(h.node)) or never_runs(self.mi, h.node))]  # fmt: skip
+
+    def _feeds_env(self, node: ast.AST) -> bool:
+        """`envs.step(action.cpu().numpy())`: the environment runs on the host, so the action must go there."""
+        n = self.mi.parent.get(node)
+        while isinstance(n, ast.expr):
+            if isinstance(n, ast.Call) and method_name(n) == "step" and ENV.search(dotted(n.func.value) or ""):
+                return True
+            n = self.mi.parent.get(n)
+        return False
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))
@@ -327,7 +337,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
         if c.func.attr == "cuda":  # type: ignore[attr-defined]
             return True
         target = c.args[0] if c.args else getattr(_kw(c, "device"), "value", None)
-        return target is not None and bool(re.search(r"device|cuda|rank|\bdev\b", ast.unparse(target), re.I))
+        return target is not None and bool(re.search(r"device|cuda|rank|gpu|\bdev\b", ast.unparse(target), re.I))
 
     def _cpu_branch(self, node: ast.AST) -> bool:
         """Under `if device_type == 'cuda': ... else:` (or `if device == 'cpu':`): not the CUDA path."""

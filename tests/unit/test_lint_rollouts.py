@@ -1,0 +1,71 @@
+"""On-policy reinforcement learning (cleanrl's PPO, in our own words): the rollout loop inside the training
+loop steps the environment once per iteration, as often as the updates it feeds, so its host-made tensors
+copied to the device blocking are per-step HL012 - but the action's trip to the host for `envs.step(...)` is
+the environment's input, not an accident (no HL007)."""
+
+from __future__ import annotations
+
+import textwrap
+
+from hotloop.lint import lint_source
+
+PPO = """
+import numpy as np
+import torch
+
+device = torch.device("cuda")
+envs = make_envs()
+agent = Agent(envs).to(device)
+optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4)
+rewards = torch.zeros((128, 4)).to(device)
+next_obs = torch.Tensor(envs.reset()).to(device)
+for iteration in range(1, 1000):
+    for step in range(0, 128):
+        with torch.no_grad():
+            action, value = agent.get_action_and_value(next_obs)
+        next_obs, reward, done, info = {step_call}
+        rewards[step] = torch.tensor(reward).to(device).view(-1)
+    b_inds = torch.randperm(512, device=device)
+    for epoch in range(4):
+        for start in range(0, 512, 128):
+            loss = agent.loss(rewards.view(-1)[b_inds[start:start + 128]])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+def test_a_rollout_loop_inside_the_training_loop_runs_every_environment_step():
+    hits = found(PPO.format(step_call="envs.step(action.cpu().numpy())"))
+    assert (16, "HL012") in hits  # the reward, made on the host, copied blocking every environment step
+    assert all(code != "HL007" for _, code in hits), hits  # the action must reach the host-side environment
+
+
+def test_a_read_outside_the_environment_call_is_still_a_read():
+    hits = found(PPO.format(step_call="envs.step(action.numpy()); v = value.cpu()"))
+    assert any(code == "HL007" for _, code in hits), hits
+
+
+def test_a_loop_without_an_environment_step_is_not_made_hot():
+    """The same loop feeding a replay of stored data (no `envs.step`) stays an epoch-level loop."""
+    hits = found(PPO.format(step_call="buffer.sample(step)"))
+    assert (16, "HL012") not in hits, hits
+
+
+def test_a_batch_moved_to_a_gpu_id_is_a_device_copy():
+    src = """
+    import torch
+    class Trainer:
+        def __init__(self, gpu_id):
+            self.gpu_id = gpu_id
+        def train_step(self, batch):
+            clean = batch[0].to(self.gpu_id)
+            loss = self.model(clean).mean()
+            loss.backward()
+            self.optimizer.step()
+    """
+    assert (7, "HL012") in found(src)
