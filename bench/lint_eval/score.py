@@ -4,11 +4,16 @@
     python bench/lint_eval/score.py --root DIR --show                    # plus every FP and FN
     python bench/lint_eval/score.py --root DIR --download                # fetch the files first
     python bench/lint_eval/score.py --root DIR --mirror /work/.mirror    # or copy them out of git snapshots
+    python bench/lint_eval/score.py --root WHOLE --mirror /work/.mirror --whole   # whole checkouts (.py files)
 
 The public files are not in this repository (their licences are theirs): each `labels/*.json` names
 the repo, the commit and the paths, and `--download` reads them from raw.githubusercontent.com at that
 commit into `DIR/<owner>+<name>/<path>`; where there is no web, `--mirror M` reads them with `git show
 <commit>:<path>` from snapshots at `M/<owner>+<name>/` (a bare git directory, `repo/` or `repo/.git/`).
+By default only the labelled files and their one-level `context` are copied, so lint's cross-file pass sees
+what the labeller listed; `--whole` copies every Python file of the repository at the commit (plus the
+README/setup files that mark its root), as in a user's checkout: helpers two files deep, and the project
+classes `classes.guess` chooses among, are all there. Use a separate `--root` for each setting.
 A lint finding is a true positive when a label of the same code covers its line (`line`..`end_line`);
 labels no finding matches are false negatives.
 See LABELING.md for what counts as real.
@@ -17,9 +22,11 @@ See LABELING.md for what counts as real.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import subprocess
 import sys
+import tarfile
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
@@ -60,13 +67,33 @@ def download(root: Path, docs: list[dict]) -> None:
             print(f"fetched {url}", file=sys.stderr)
 
 
-def from_mirror(root: Path, mirror: Path, docs: list[dict]) -> list[str]:
-    """Copy each labelled file (and its context) out of a local git snapshot; returns what is absent."""
+ROOT_FILES = ("README.md", "README.rst", "setup.py", "setup.cfg", "pyproject.toml", "requirements.txt")
+
+
+def _tree(git: Path, commit: str) -> list[str]:
+    """The Python files (and root markers) of the repository at `commit`."""
+    r = subprocess.run(["git", "--git-dir", str(git), "ls-tree", "-r", "--name-only", commit],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    return [p for p in r.stdout.splitlines() if p.endswith(".py") or p.rpartition("/")[2] in ROOT_FILES]
+
+
+def from_mirror(root: Path, mirror: Path, docs: list[dict], whole: bool = False) -> list[str]:
+    """Copy each labelled file (and its context; with `whole`, every Python file of the repository) out of a
+    local git snapshot; returns what is absent."""
     absent = []
     for doc in docs:
         base = mirror / doc["repo"].replace("/", "+")
         gits = [g for g in (base / "repo" / ".git", base / "repo", base) if (g / "HEAD").is_file()]
         paths = sorted({p for f in doc["files"] for p in [f["path"], *f.get("context", [])]})
+        if whole and gits and not local_path(root, doc, ".whole").exists():
+            r = subprocess.run(["git", "--git-dir", str(gits[0]), "archive", doc["commit"], "--",
+                                *_tree(gits[0], doc["commit"])], capture_output=True, check=False)  # fmt: skip
+            if r.returncode == 0:
+                dest = local_path(root, doc, "")
+                dest.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(fileobj=io.BytesIO(r.stdout)) as t:
+                    t.extractall(dest, members=[m for m in t.getmembers() if m.isfile()], filter="data")
+                local_path(root, doc, ".whole").touch()
         for path in paths:
             dest = local_path(root, doc, path)
             if dest.exists():
@@ -129,6 +156,7 @@ def main() -> int:
     ap.add_argument("--root", default="/work/lint_corpus", help="where the public files are (or go)")
     ap.add_argument("--download", action="store_true", help="fetch missing files at the labelled commits")
     ap.add_argument("--mirror", help="copy missing files out of git snapshots under this folder")
+    ap.add_argument("--whole", action="store_true", help="with --mirror: every Python file of each repository")
     ap.add_argument("--show", action="store_true", help="list every false positive and false negative")
     ap.add_argument("--project", action="append", help="score only these projects")
     args = ap.parse_args()
@@ -136,7 +164,7 @@ def main() -> int:
     if args.download:
         download(root, docs)
     if args.mirror:
-        for line in from_mirror(root, Path(args.mirror), docs):
+        for line in from_mirror(root, Path(args.mirror), docs, args.whole):
             print(f"not in the snapshot: {line}", file=sys.stderr)
     per, fps, fns, missing = score(root, docs)
     n_files = sum(len(d["files"]) for d in docs)

@@ -41,6 +41,10 @@ LOG_FUNCS = re.compile(
 )
 
 
+# `np.isnan(grad_norm)`: NumPy converts the tensor on the host (on CUDA it raises: the value must come back first)
+NUMPY_TESTS = {f"{m}.{f}" for m in ("np", "numpy") for f in ("isnan", "isinf", "isfinite", "isclose", "allclose")}
+
+
 @dataclass
 class Edit:
     line: int
@@ -150,8 +154,10 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
                 if not (name == "bool" and is_test(self.mi, c)):  # `if bool(loss == 0):` is a branch: HL005
                     self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")
-            elif name.startswith("math.") and c.args and self.tensor(c.args[0]) and not self._comp_bound(c.args[0]):
-                self.add("HL001", c, f"`{_src(c)}` converts a tensor to a Python float: a host read every step")
+            elif (name.startswith("math.") or name in NUMPY_TESTS) and c.args and self.tensor(c.args[0]) and not (
+                    self._comp_bound(c.args[0])):  # fmt: skip
+                into = "a NumPy value" if name in NUMPY_TESTS else "a Python float"
+                self.add("HL001", c, f"`{_src(c)}` converts a tensor to {into}: a host read every step")
             if LOG_FUNCS.match(raw):
                 values = [a.value if isinstance(a, ast.Starred) else a for a in c.args]
                 values += [k.value for k in c.keywords]

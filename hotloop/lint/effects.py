@@ -24,6 +24,7 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+from hotloop.lint.saves import formats_a_counter
 from hotloop.lint.syntax import param_defaults
 
 EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
@@ -358,7 +359,7 @@ def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ..
     first, *earlier = layers
     texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
     texts += [ast.unparse(v) for layer in earlier for v in layer]
-    return any(re.search(r"epoch(?!s)|step|iter", t, re.I) for t in texts)  # not `epochs`: a total
+    return any(re.search(r"epoch(?!s)|step|iter", t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
 
 
 def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:

@@ -80,6 +80,22 @@ def negated(test: ast.expr) -> bool:
 COUNTER = re.compile(r"step|iter|update|^(i|it|idx|batch_idx|global_step)$", re.I)
 
 
+def first_value(n: ast.If) -> bool:
+    """`if loss_ema is None: loss_ema = loss.item()`: the body gives the tested name its value, so it runs once
+    (the first step); the `else:` is the per-step path."""
+    t = n.test
+    if not (
+        isinstance(t, ast.Compare)
+        and len(t.ops) == 1
+        and isinstance(t.ops[0], ast.Is)
+        and isinstance(t.comparators[0], ast.Constant)
+        and t.comparators[0].value is None
+        and dotted(t.left)
+    ):
+        return False  # fmt: skip
+    return any(isinstance(s, ast.Assign) and any(dotted(x) == dotted(t.left) for x in s.targets) for s in n.body)
+
+
 def first_step(test: ast.expr) -> bool:
     """`step == 0`, `self.get_num_updates() == 0`, `epoch == start and i == 0`: a test true on the first
     step only (a counter equal to zero, no `%`)."""
@@ -216,7 +232,7 @@ class GateModel:
                 return True
             if isinstance(n, ast.If) and child in n.body and ANOMALY.search(ast.unparse(n.test)):
                 return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
-            if isinstance(n, ast.If) and child in n.body and first_step(n.test):
+            if isinstance(n, ast.If) and child in n.body and (first_step(n.test) or first_value(n)):
                 return True  # `if self.get_num_updates() == 0: torch.cuda.empty_cache()`: the first step only
             if isinstance(n, ast.ExceptHandler):
                 return True  # `except FloatingPointError: grad_norm = torch.tensor(0.0).cuda()`: on a failure only

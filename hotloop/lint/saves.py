@@ -21,6 +21,17 @@ PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|wei
                      r"policy|agent", re.I)  # fmt: skip
 
 
+# a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
+VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|iter|kimg|nimg|tick|acc|score|"
+                     r"loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
+
+
+def formats_a_counter(text: str) -> bool:
+    """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`: the name changes each save."""
+    formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
+    return any(VARYING.search(" ".join(g)) for g in formatted)
+
+
 class SaveChecks:
     mi: ModuleInfo
     value_before: Callable[[str, ast.AST], ast.expr | None]
@@ -162,8 +173,4 @@ class SaveChecks:
             todo = found
         if re.search(r"BytesIO\(", text):
             return True
-        formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
-        # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
-        varying = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|iter|kimg|nimg|"
-                             r"tick|acc|score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
-        return any(varying.search(" ".join(g)) for g in formatted)
+        return formats_a_counter(text)

@@ -1,0 +1,81 @@
+"""Patterns of held-out batch AF (WaveRNN, minDiffusion, Occupancy Networks), in our own words: `np.isnan` of a
+device grad norm is a host read every step; `if ema is None: ema = loss.item()` runs on the first step only;
+a save helper from another file handed `'model_%d.pt' % it` writes a new file each time."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_paths, lint_source
+
+LOOP = """
+import numpy as np
+import torch
+
+def train(model, loader, opt):
+    loss_ema = None
+    for x, y in loader:
+        loss = model(x.cuda(non_blocking=True)).mean()
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        {line}
+        opt.step()
+"""
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+def test_numpy_isnan_of_a_device_tensor_reads_it_every_step():
+    assert (12, "HL001") in found(LOOP.format(line="if np.isnan(grad_norm): print('nan')"))
+    assert found(LOOP.format(line="if np.isnan(1.0): print('nan')")) == []
+
+
+def test_a_value_set_when_still_none_is_read_on_the_first_step_only():
+    first = "if loss_ema is None: loss_ema = loss.item()"
+    assert found(LOOP.format(line=first)) == []
+    every = "if loss_ema is None: other = loss.item()"  # the body does not set the tested name: every step
+    assert (12, "HL001") in found(LOOP.format(line=every))
+
+
+def test_a_percent_formatted_name_handed_to_a_save_helper_is_a_new_file(tmp_path: Path):
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "checkpoints.py").write_text(
+        textwrap.dedent("""
+        import os
+        import torch
+
+        class CheckpointIO:
+            def __init__(self, checkpoint_dir, **modules):
+                self.checkpoint_dir, self.modules = checkpoint_dir, modules
+
+            def save(self, filename, **kwargs):
+                filename = os.path.join(self.checkpoint_dir, filename)
+                torch.save({k: m.state_dict() for k, m in self.modules.items()}, filename)
+        """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from checkpoints import CheckpointIO
+
+        checkpoint_io = CheckpointIO("out", model=model)
+        it = 0
+        for epoch in range(100):
+            for batch in loader:
+                it += 1
+                loss = model(batch.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+                if it % 1000 == 0:
+                    checkpoint_io.save("model_%d.pt" % it, it=it)
+            checkpoint_io.save("model.pt", it=it)
+        """)
+    )
+    hits = [(f.line, f.code) for f in lint_paths([script])]
+    assert (15, "HL021") in hits  # the fixed name, overwritten every epoch
+    assert (14, "HL021") not in hits, hits  # a new file per save
