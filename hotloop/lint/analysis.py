@@ -51,6 +51,7 @@ EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_ep
 NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
                              r"|report|write)($|_)", re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `envs.step(action)`: one environment step
 
 
@@ -103,6 +104,7 @@ class ModuleInfo(KindModel, GateModel):
             if isinstance(n, FUNCS):
                 self.functions.setdefault(n.name, []).append(n)
         self._next_targets: dict[ast.AST, list[ast.AST]] = {}
+        self._iterated: dict[ast.AST, list[ast.AST]] = {}  # a loop -> the same-file generators it iterates
         self.instances = self._instances()
         self.calls_to: dict[str, list[ast.Call]] = {}
         for n in self.nodes:
@@ -341,6 +343,12 @@ class ModuleInfo(KindModel, GateModel):
         changed = True
         while changed:
             changed = False
+            for loop, fns in self._iterated.items():  # the generator's loops around its `yield`: once per item
+                inner = {n for f in fns for n in walk_local(f) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
+                         and any(isinstance(y, (ast.Yield, ast.YieldFrom)) for y in walk_local(n))}  # fmt: skip
+                if (loop in self.hot_loops or loop in self.train_loops) and not inner <= self.hot_loops:
+                    self.hot_loops.update(inner)
+                    changed = True
             for c in calls:
                 hot, training = self.in_hot(c), self.in_training_loop(c)
                 for fn in self.targets_of(c):
@@ -365,6 +373,7 @@ class ModuleInfo(KindModel, GateModel):
                         self._mark(self.enclosing_loop(call), hot=True)
             elif loop not in self.hot_loops:
                 self._mark(loop, hot=not epochs)
+        self._rollouts()
         self.propagate()
 
     def _mark(self, loop: ast.AST | None, hot: bool) -> None:
@@ -376,14 +385,16 @@ class ModuleInfo(KindModel, GateModel):
             loop = self.enclosing_loop(loop)
 
     def _rollouts(self) -> None:
-        """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`) runs
-        once per environment step, as often as the updates it feeds: its loop is hot like a step loop."""
+        """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`), or an
+        off-policy loop that steps the environment around its updates (`while not done: ... agent.update(...);
+        env.step(action)`), runs once per environment step, as often as the updates: its loop is hot."""
         for n in self.nodes:
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
                     and ENV.search(dotted(n.func.value) or "")):  # fmt: skip
                 loop = self.enclosing_loop(n)
-                if loop is not None and loop not in self.hot_loops and self.enclosing_loop(loop) in self.train_loops:
-                    self.hot_loops.add(loop)
+                if loop is not None and loop not in self.hot_loops and (
+                        loop in self.train_loops or self.enclosing_loop(loop) in self.train_loops):  # fmt: skip
+                    self.hot_loops.add(loop)  # (off-policy: the loop around the updates steps the environment)
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
@@ -414,6 +425,18 @@ class ModuleInfo(KindModel, GateModel):
                 fns = made.get(dotted(n.args[0]))
                 if fns:
                     self._next_targets[n] = fns
+        # `for i, batches in enumerate(self._accum_batches(train_iter)):` a same-file generator iterated by a
+        # training loop: the generator's loop around its `yield` runs once per item, as often as the steps.
+        for n in self.nodes:
+            if isinstance(n, (ast.For, ast.AsyncFor)):
+                it = n.iter
+                while isinstance(it, ast.Call) and call_name(it) in WRAPPERS and it.args:
+                    it = it.args[0]
+                if isinstance(it, ast.Call):
+                    fns = [f for f in self.targets_of(it) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
+                                                                  for y in walk_local(f))]  # fmt: skip
+                    if fns:
+                        self._iterated[n] = fns
 
     def _instances(self) -> dict[str, ast.ClassDef]:
         """`agent = Agent(...)`, `self.policy = Policy(...)` with the class in this file: the name's methods

@@ -156,6 +156,11 @@ class Project:
         """`compute_loss = ComputeLossOTA(model)` (or `self.crit = losses.Focal()`): the name runs the class."""
         if not hasattr(self, "_inst"):
             self._inst: dict[str, tuple[Path, str]] = constructed(self.mi.nodes, self._class_of)
+            for a in self.mi.nodes:  # `def voc_train_loop(paths, model: WaveRNN, ...)`: the parameter's class
+                if isinstance(a, ast.arg) and isinstance(a.annotation, (ast.Name, ast.Attribute)) and a.arg != "self":
+                    made = self._class_of(ast.Call(func=a.annotation, args=[], keywords=[]))
+                    if made is not None:
+                        self._inst.setdefault(a.arg, made)
         return self._inst
 
     def _class_of(self, c: ast.Call) -> tuple[Path, str] | None:

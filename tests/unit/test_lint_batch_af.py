@@ -79,3 +79,63 @@ def test_a_percent_formatted_name_handed_to_a_save_helper_is_a_new_file(tmp_path
     hits = [(f.line, f.code) for f in lint_paths([script])]
     assert (15, "HL021") in hits  # the fixed name, overwritten every epoch
     assert (14, "HL021") not in hits, hits  # a new file per save
+
+
+def test_the_loop_of_a_generator_a_training_loop_iterates_runs_every_item():
+    """OpenNMT's `_accum_batches`: the trainer's loop iterates a same-file generator; the generator's loop around
+    its `yield` runs once per batch (a read there is per step), what it does before that loop runs once."""
+    src = """
+    import torch
+
+    class Trainer:
+        def _accum_batches(self, iterator):
+            batches, normalization = [], 0
+            first = self.stats.total.item()
+            for batch in iterator:
+                batches.append(batch)
+                normalization += batch.num_tokens.item()
+                if len(batches) == 4:
+                    yield batches, normalization
+                    batches, normalization = [], 0
+
+        def train(self, train_iter):
+            for i, (batches, norm) in enumerate(self._accum_batches(train_iter)):
+                for b in batches:
+                    loss = self.model(b.src.cuda(non_blocking=True)).sum() / norm
+                    loss.backward()
+                self.optim.step()
+    """
+    hits = found(src)
+    assert (10, "HL001") in hits
+    assert (7, "HL001") not in hits, hits
+
+
+def test_a_parameter_annotated_with_a_project_class_runs_that_class(tmp_path: Path):
+    """WaveRNN: `def voc_train_loop(paths, model: WaveRNN, ...)` calls `model.get_step()` every step; the
+    annotation names the project class whose method reads a device buffer."""
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "models.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class WaveRNN(torch.nn.Module):
+            def get_step(self):
+                return self.step.data.item()
+        """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from models import WaveRNN
+
+        def voc_train_loop(model: WaveRNN, optimizer, loader):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step = model.get_step()
+        """)
+    )
+    assert (11, "HL001") in [(f.line, f.code) for f in lint_paths([script])]

@@ -69,3 +69,47 @@ def test_a_batch_moved_to_a_gpu_id_is_a_device_copy():
             self.optimizer.step()
     """
     assert (7, "HL012") in found(src)
+
+
+def test_an_off_policy_loop_stepping_the_environment_around_its_updates_is_hot(tmp_path):
+    """SAC-style: `while not done:` picks an action (a method of the agent, in another file), runs the updates in
+    an inner loop, then steps the environment: the agent's per-action host copy runs every environment step."""
+    from hotloop.lint import lint_paths
+
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "sac.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class SAC:
+            def select_action(self, state):
+                state = torch.FloatTensor(state).to(self.device).unsqueeze(0)
+                return self.policy.sample(state)
+
+            def update_parameters(self, memory, batch_size):
+                loss = self.critic(memory.sample(batch_size)).mean()
+                self.critic_optim.zero_grad()
+                loss.backward()
+                self.critic_optim.step()
+        """)
+    )
+    script = tmp_path / "main.py"
+    script.write_text(
+        textwrap.dedent("""
+        import itertools
+        import torch
+        from sac import SAC
+
+        agent = SAC(torch.device("cuda"))
+        for i_episode in itertools.count(1):
+            done = False
+            state = env.reset()
+            while not done:
+                action = agent.select_action(state)
+                if len(memory) > 256:
+                    for i in range(1):
+                        agent.update_parameters(memory, 256)
+                state, reward, done, _ = env.step(action)
+        """)
+    )
+    assert (11, "HL012") in [(f.line, f.code) for f in lint_paths([script])]
