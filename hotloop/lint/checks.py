@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from hotloop.lint.analysis import (
-    ENV,
     MODEL_NAME,
     ModuleInfo,
     assigned_values,
@@ -22,6 +21,7 @@ from hotloop.lint.analysis import (
     walk_local,
 )
 from hotloop.lint.branches import BranchChecks, is_test, never_runs
+from hotloop.lint.drivers import ENV
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.imports import remote_steps

@@ -1,0 +1,88 @@
+"""What drives a loop besides a backward in it: the calls that make code run once per step although no step
+is written there. Mixed into `analysis.ModuleInfo`, which calls these while it finds the hot regions.
+
+- an environment stepped inside the training loop (on-policy rollouts, off-policy `while not done:` loops);
+- a same-file function registered as a per-batch callback of a trainer in another file;
+- a same-file generator, advanced with `next()` or iterated by a training loop: its loop runs per item.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from hotloop.lint.syntax import dotted, method_name, walk_local
+
+ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `envs.step(action)`: one environment step
+WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
+
+
+class DriverModel:
+    nodes: list[ast.AST]
+    hot_loops: set[ast.AST]
+    train_loops: set[ast.AST]
+    hot_functions: set[ast.AST]
+    train_functions: set[ast.AST]
+    functions: dict[str, list[ast.AST]]
+    _next_targets: dict[ast.AST, list[ast.AST]]
+    _iterated: dict[ast.AST, list[ast.AST]]
+
+    def enclosing_loop(self, node: ast.AST) -> ast.AST | None:  # pragma: no cover (ModuleInfo's)
+        raise NotImplementedError
+
+    def targets_of(self, call: ast.Call) -> list[ast.AST]:  # pragma: no cover (ModuleInfo's)
+        raise NotImplementedError
+
+    def _rollouts(self) -> None:
+        """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`), or an
+        off-policy loop that steps the environment around its updates (`while not done: ... agent.update(...);
+        env.step(action)`), runs once per environment step, as often as the updates: its loop is hot."""
+        for n in self.nodes:
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+                    and ENV.search(dotted(n.func.value) or "")):  # fmt: skip
+                loop = self.enclosing_loop(n)
+                if loop is not None and loop not in self.hot_loops and (
+                        loop in self.train_loops or self.enclosing_loop(loop) in self.train_loops):  # fmt: skip
+                    self.hot_loops.add(loop)  # (off-policy: the loop around the updates steps the environment)
+
+    def _callbacks(self) -> None:
+        """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
+        every batch (or step) is hot, and training code."""
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and re.search(r"callback|register|add_hook|on$", method_name(n) or ""):
+                events = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                if any(re.search(r"batch|step|iter", ev) for ev in events):
+                    for a in n.args:
+                        if isinstance(a, ast.Name):
+                            self.hot_functions.update(self.functions.get(a.id, []))
+                            self.train_functions.update(self.functions.get(a.id, []))
+
+    def _generators(self) -> None:
+        """`batches = make_batches(...)` (a same-file generator) then `next(batches)` in the loop: the
+        generator's body runs between steps, so calls of it count as calls of the generator function."""
+        made: dict[str, list[ast.AST]] = {}
+        for n in self.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                fns = [f for f in self.targets_of(n.value) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
+                                                                   for y in walk_local(f))]  # fmt: skip
+                if fns:
+                    for t in n.targets:
+                        if dotted(t):
+                            made.setdefault(dotted(t), []).extend(fns)
+        for n in self.nodes:
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next" and n.args:
+                fns = made.get(dotted(n.args[0]))
+                if fns:
+                    self._next_targets[n] = fns
+        # `for i, batches in enumerate(self._accum_batches(train_iter)):` a same-file generator iterated by a
+        # training loop: the generator's loop around its `yield` runs once per item, as often as the steps.
+        for n in self.nodes:
+            if isinstance(n, (ast.For, ast.AsyncFor)):
+                it = n.iter
+                while isinstance(it, ast.Call) and dotted(it.func) in WRAPPERS and it.args:
+                    it = it.args[0]
+                if isinstance(it, ast.Call):
+                    fns = [f for f in self.targets_of(it) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
+                                                                  for y in walk_local(f))]  # fmt: skip
+                    if fns:
+                        self._iterated[n] = fns
