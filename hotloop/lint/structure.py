@@ -55,6 +55,7 @@ FORWARD_CALL = re.compile(r"^(\w*_)?(model|net|network|encoder|decoder|classifie
 GRAD_OFF = re.compile(r"no_grad|inference_mode|set_grad_enabled")  # what turns gradients off around a block
 EVAL_DATA = re.compile(r"(eval|val|valid|test)\w*(loader|data|dl|iter)", re.I)
 EVAL_FLAG = re.compile(r"(is_)?(validate|validation|valid|val|eval|evaluate|evaluation|test|testing)|cross_valid")
+EVAL_FUNCTION = re.compile(r"^(val|eval|test|predict)", re.I)  # an evaluation loop by its name
 
 
 def grad_off_at(mi: ModuleInfo, node: ast.AST) -> bool:
@@ -94,9 +95,15 @@ class StructureChecks:
                     None)  # fmt: skip
         # or the other way round: `train(..., is_validate=True)` (FlowNet2), `run_epoch(cross_valid=True)`
         evals = next((a.arg for a in fn.args.args if EVAL_FLAG.fullmatch(a.arg)), None) if flag is None else None
-        if not re.match(r"^(val|eval|test)", fn.name, re.I) and flag is None and evals is None:
-            return
         loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
+        # `def predict(self, X): self.network.eval(); for data in loader: self.network(data)` (any name): a
+        # function that trains nothing, puts a model in eval mode itself and loops over data evaluates
+        own_eval = (any(isinstance(n, ast.For) and self.mi._iterates_data(n.iter) for n in loops)
+                    and not any(loop in self.mi.train_loops for loop in loops) and fn not in self.mi.train_functions
+                    and any(isinstance(n, ast.Call) and method_name(n) == "eval" and not n.args
+                            for n in walk_local(fn)))  # fmt: skip
+        if not (EVAL_FUNCTION.match(fn.name) or own_eval) and flag is None and evals is None:
+            return
 
         def runs_model(node: ast.AST, depth: int = 0) -> bool:
             return any(isinstance(n, ast.Call) and (RUNS_MODEL.search(call_name(n).split(".")[-1] or "-")
@@ -105,7 +112,8 @@ class StructureChecks:
 
         calls_model = any(runs_model(loop) for loop in loops)
         # pygcn's full-batch `def test(): model.eval(); output = model(features, adj)`: no loop, one forward
-        whole = not loops and bool(re.fullmatch(r"(test|val|valid|validate|validation|evaluate|eval)", fn.name, re.I)
+        whole = not loops and bool(re.fullmatch(r"(compute_|run_)?(test|val|valid|validate|validation|evaluate|eval)",
+                                                fn.name, re.I)
                                    and re.search(r"\.eval\(\)", ast.unparse(fn)) and runs_model(fn))  # fmt: skip
         if not whole and (not loops or not calls_model):
             return

@@ -139,3 +139,37 @@ def test_a_parameter_annotated_with_a_project_class_runs_that_class(tmp_path: Pa
         """)
     )
     assert (11, "HL001") in [(f.line, f.code) for f in lint_paths([script])]
+
+
+def test_a_function_that_sets_eval_mode_and_loops_over_data_evaluates_whatever_its_name():
+    """TabNet's `predict` and a `score_dataset` helper: eval mode, a loop over a loader, no no_grad."""
+    src = """
+    import torch
+
+    def {name}(network, loader):
+        network.eval()
+        results = []
+        for x, y in loader:
+            results.append(network(x.cuda(non_blocking=True)).detach())
+        return results
+    """
+    for name in ("predict", "score_dataset"):
+        assert (4, "HL018") in found(src.format(name=name)), name
+    inner = "            with torch.no_grad():\n                results.append"
+    with_grad_off = src.replace("            results.append", inner)
+    assert (4, "HL018") not in found(with_grad_off.format(name="score_dataset"))
+
+
+def test_a_function_that_freezes_one_module_and_trains_is_not_an_evaluation():
+    src = """
+    import torch
+
+    def fit(model, teacher, loader, opt):
+        teacher.eval()
+        for x, y in loader:
+            loss = (model(x.cuda(non_blocking=True)) - teacher(x.cuda(non_blocking=True))).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+    assert all(code != "HL018" for _, code in found(src)), found(src)
