@@ -455,5 +455,18 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             n = self.parent.get(n)
         return False
 
+    def remote_returns_number(self, call: ast.Call) -> bool:
+        """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
+        number): the result is Python data, not a tensor, whatever its name says."""
+        from hotloop.lint.imports import Project, defining, find_def, load_module
+
+        target = Project.of(self).callee(call) if self.path and not self.path.startswith("<") else None
+        if target is None:
+            return False
+        file, name = defining(*target)
+        helper = load_module(file, file.stat().st_mtime)
+        fn = find_def(helper.tree, name) if helper is not None else None
+        return fn is not None and helper is not self and helper.return_kind(fn) == "scalar"  # type: ignore[union-attr]
+
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]

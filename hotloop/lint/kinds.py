@@ -486,6 +486,8 @@ class KindModel:
             k = self.return_kind(local[-1])
             if k is not None:
                 return k
+        elif self.remote_returns_number(e):  # type: ignore[attr-defined]
+            return "scalar"
         if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
                 and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$", base)):  # fmt: skip
             return "tensor"

@@ -173,3 +173,44 @@ def test_a_function_that_freezes_one_module_and_trains_is_not_an_evaluation():
             opt.step()
     """
     assert all(code != "HL018" for _, code in found(src)), found(src)
+
+
+def test_what_a_project_helper_returns_with_item_is_a_number(tmp_path: Path):
+    """Occupancy Networks: `loss = trainer.train_step(batch)` returns `loss.item()`: the script's `loss` is a
+    Python float (logging it reads nothing), although its name says tensor."""
+    import ast
+
+    from hotloop.lint.imports import load_module
+
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "training.py").write_text(
+        textwrap.dedent("""
+        class Trainer:
+            def train_step(self, data):
+                self.optimizer.zero_grad()
+                loss = self.model(data.cuda(non_blocking=True)).mean()
+                loss.backward()
+                self.optimizer.step()
+                return loss.item()
+
+            def eval_step(self, data):
+                return self.model(data.cuda(non_blocking=True)).mean()
+        """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        from training import Trainer
+
+        trainer = Trainer()
+        for batch in loader:
+            loss = trainer.train_step(batch)
+            val_loss = trainer.eval_step(batch)
+            log(loss, val_loss)
+        """)
+    )
+    mi = load_module(script, script.stat().st_mtime)
+    assert mi is not None
+    used = {n.id: n for n in mi.nodes if isinstance(n, ast.Name) and n.lineno == 8 and n.id != "log"}
+    assert mi.kind(used["loss"], mi.function_info(used["loss"])) == "scalar"
+    assert mi.kind(used["val_loss"], mi.function_info(used["val_loss"])) == "tensor"  # a tensor comes back
