@@ -293,10 +293,13 @@ def _path_from_params(mi: ModuleInfo, save: ast.AST) -> tuple[tuple[int, str], .
     return ()
 
 
-def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call) -> bool:
+def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInfo) -> bool:
     """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
-    the parameter's default) decides."""
+    the parameter's default) decides; `num_workers=args.num_workers` with the caller's `--num-workers`
+    defaulting to 0 (DLRM): no workers either."""
     value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
+    if isinstance(value, ast.Attribute) and caller.cli_default(value) == 0:
+        return True
     if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     names = [a.arg for a in fn.args.args]
@@ -332,7 +335,7 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list
     helper = Checker(mi)
     out = []
     for d in calls:
-        if not _no_workers(d, fn, call):
+        if not _no_workers(d, fn, call, caller.mi):  # type: ignore[attr-defined]
             missing = helper.loader_missing(d, caller.mi.uses_cuda, lambda: caller._reiterated(call))  # type: ignore[attr-defined]
             if missing:
                 out.append((d.lineno, missing))

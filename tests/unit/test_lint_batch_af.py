@@ -214,3 +214,37 @@ def test_what_a_project_helper_returns_with_item_is_a_number(tmp_path: Path):
     used = {n.id: n for n in mi.nodes if isinstance(n, ast.Name) and n.lineno == 8 and n.id != "log"}
     assert mi.kind(used["loss"], mi.function_info(used["loss"])) == "scalar"
     assert mi.kind(used["val_loss"], mi.function_info(used["val_loss"])) == "tensor"  # a tensor comes back
+
+
+def test_a_helper_loader_with_workers_from_a_flag_that_defaults_to_zero_has_none(tmp_path: Path):
+    """DLRM: `dp.make_loaders(args)` builds `DataLoader(..., num_workers=args.num_workers)` and the script's
+    `--num-workers` defaults to 0: no workers to keep alive. With a default of 4 they are re-forked."""
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "data.py").write_text(
+        textwrap.dedent("""
+        from torch.utils.data import DataLoader
+
+        def make_loaders(args, ds):
+            return DataLoader(ds, batch_size=args.batch_size, num_workers=args.num_workers, pin_memory=True)
+        """)
+    )
+    script = tmp_path / "train.py"
+    template = textwrap.dedent("""
+        import argparse
+        import torch
+        import data
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--num-workers", type=int, default={n})
+        args = parser.parse_args()
+        loader = data.make_loaders(args, ds)
+        for epoch in range(10):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                opt.step()
+        """)
+    script.write_text(template.format(n=0))
+    assert all(f.code != "HL011" for f in lint_paths([script]))
+    script.write_text(template.format(n=4))
+    assert (9, "HL011") in [(f.line, f.code) for f in lint_paths([script])]
