@@ -180,6 +180,7 @@ class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexCh
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)
+            self.legacy_cuda_copies(c, meth)
             if meth == "copy_" and self.blocking_copy_in(c):
                 self.add("HL012", c, f"`{_src(c)}` copies a batch into a device tensor without `non_blocking=True`")
             if meth == "repeat_interleave" or name == "torch.repeat_interleave":

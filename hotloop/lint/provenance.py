@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
+from hotloop.lint.structure import src as _src
 
 
 def moves_to_device(c: ast.Call) -> bool:
@@ -31,6 +32,9 @@ def moves_to_device(c: ast.Call) -> bool:
 
 class HostProvenance:
     mi: ModuleInfo
+
+    def add(self, code: str, node: ast.AST, message: str) -> None:  # pragma: no cover (Checker's)
+        raise NotImplementedError
 
     def kind(self, e: ast.expr) -> str | None:  # pragma: no cover (Checker's)
         raise NotImplementedError
@@ -151,6 +155,25 @@ class HostProvenance:
             if line < n.lineno and isinstance(base, ast.Name) and base.id == e.id:
                 return not any(line < m.lineno < n.lineno for m in assigns)
         return False
+
+    def legacy_cuda_copies(self, c: ast.Call, meth: str | None) -> None:
+        """In hot code: `imgs.type(Tensor)` with a CUDA tensor type copies the batch blocking (HL012);
+        `Tensor(np.random.normal(...))` builds host data and copies it (HL024)."""
+        if meth == "type" and len(c.args) == 1 and self.cuda_type(c.args[0]):
+            self.add("HL012", c, f"`{_src(c)}` copies to the device without `non_blocking=True`: the host blocks")
+        elif (isinstance(c.func, ast.Name) and self.cuda_type(c.func) and c.args
+              and (isinstance(c.args[0], (ast.List, ast.ListComp))
+                   or isinstance(c.args[0], ast.Call) and dotted(c.args[0].func).startswith("np."))):  # fmt: skip
+            self.add("HL024", c, f"`{_src(c)}` builds host data and copies it to the device every step")
+
+    def cuda_type(self, e: ast.expr) -> bool:
+        """`torch.cuda.FloatTensor`, or PyTorch-GAN's `Tensor = torch.cuda.FloatTensor if cuda else
+        torch.FloatTensor` (the CUDA branch is the run that matters)."""
+        if dotted(e).startswith("torch.cuda.") and dotted(e).endswith("Tensor"):
+            return True
+        return isinstance(e, ast.Name) and any(
+            isinstance(v, ast.IfExp) and any(dotted(b).startswith("torch.cuda.") for b in (v.body, v.orelse))
+            for v in assigned_values(e.id, self.mi.nodes))  # fmt: skip
 
     def host_built(self, c: ast.Call) -> bool:
         """The tensor this `.to(device)`/`.cuda()` moves was made on the host just before, in this function

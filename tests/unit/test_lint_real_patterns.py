@@ -45,6 +45,18 @@ def main(classifier, dataloader, testdataloader, optimizer, epochs):
                 classifier = classifier.eval()
 """
 
+GAN_TENSOR = """
+cuda = torch.cuda.is_available()
+Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+for epoch in range(200):
+    for i, (imgs, _) in enumerate(dataloader):
+        real_imgs = {real}
+        z = {z}
+        d_loss = -torch.mean(discriminator(real_imgs)) + torch.mean(discriminator(generator(z)))
+        d_loss.backward()
+        optimizer_D.step()
+"""
+
 # MusicTransformer's `train_epoch(..., print_modulus=1)`: a `%` gate whose period defaults to 1 opens every step.
 PRINT_GATE = """
 def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus={period}):
@@ -57,6 +69,10 @@ def train_epoch(cur_epoch, model, dataloader, loss, opt, print_modulus={period})
 """
 
 QUIET = {
+    "PyTorch-GAN's `Tensor(n, 100).normal_()` allocates on the device: no host data (HL024)": (
+        "HL024",
+        GAN_TENSOR.format(real="imgs.cuda(non_blocking=True)", z="Tensor(imgs.size(0), 100).normal_()"),
+    ),
     "StepLR whose step_size (a CLI default of 10000) counts iterations, stepped every batch (HL014)": (
         "HL014",
         """
@@ -1103,6 +1119,14 @@ QUIET = {
 }
 
 REPORTED = {
+    "PyTorch-GAN's `imgs.type(Tensor)` with `Tensor = torch.cuda.FloatTensor if cuda else ...` (HL012)": (
+        "HL012",
+        GAN_TENSOR.format(real="imgs.type(Tensor)", z="Tensor(imgs.size(0), 100).normal_()"),
+    ),
+    "PyTorch-GAN's `Tensor(np.random.normal(...))`: host noise copied every step (HL024)": (
+        "HL024",
+        GAN_TENSOR.format(real="imgs.cuda(non_blocking=True)", z="Tensor(np.random.normal(0, 1, (64, 100)))"),
+    ),
     "a test batch every 10 steps inside the training loop, run without no_grad (HL018; PointNet, Z)": (
         "HL018",
         TEST_BATCH_EVERY_10 + "                pred = classifier(data[0].cuda(non_blocking=True))\n",
