@@ -30,6 +30,7 @@ from hotloop.lint.loaders import LoaderChecks
 from hotloop.lint.provenance import HostProvenance, moves_to_device
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
+from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
@@ -72,7 +73,7 @@ def _is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 
 
-class Checker(StructureChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
+class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []

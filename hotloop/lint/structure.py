@@ -1,6 +1,6 @@
 """The structural rules: how a training script is put together, beyond single expressions.
 
-HL014 (scheduler cadence), HL015 (DistributedSampler.set_epoch), HL016
+HL015 (DistributedSampler.set_epoch), HL016
 (accumulation without dividing the loss), HL017 (clipping before unscale_), HL018 (evaluation without
 no_grad/eval()). DataLoader options (HL011) are `loaders.py`'s, in-place saves (HL021) `saves.py`'s. Mixed into
 `checks.Checker`, which owns `self.mi` and `add`.
@@ -22,9 +22,6 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
-
-PER_BATCH_SCHED = ("OneCycleLR", "CyclicLR")
-PER_EPOCH_SCHED = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau")
 
 
 def src(node: ast.AST, limit: int = 60) -> str:
@@ -408,51 +405,6 @@ class StructureChecks:
                                 and isinstance(made, ast.Call) and made.args
                                 and self._divided(made.args[0], fn, depth + 1)):  # fmt: skip
                             return True
-        return False
-
-    def schedulers(self) -> None:
-        kinds: dict[str, str | None] = {}
-        mixed: set[str] = set()  # `scheduler = CosineAnnealingLR(...)` or `= ReduceLROnPlateau(...)` by a flag
-        for n in self.mi.nodes:
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
-                base = call_name(n.value).split(".")[-1]
-                kind = None
-                if base in PER_BATCH_SCHED or base == "LambdaLR" and "warmup" in ast.unparse(n.value).lower():
-                    kind = "batch"
-                elif base in PER_EPOCH_SCHED:
-                    t_max = kw(n.value, "T_max") or (n.value.args[1] if len(n.value.args) > 1 else None)
-                    src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
-                    per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
-                    kind = None if per_step or self._counts_iterations(n.value) else "epoch"
-                if kind or base.endswith(("LR", "Plateau")) or "Scheduler" in base:
-                    for t in n.targets:
-                        if dotted(t):
-                            if dotted(t) in kinds and kinds[dotted(t)] != kind:
-                                mixed.add(dotted(t))
-                            kinds[dotted(t)] = kind
-        kinds = {k: v for k, v in kinds.items() if v and k not in mixed}
-        for n in self.mi.nodes:
-            if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
-                kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
-                hot = self.mi.in_hot(n)
-                if kind == "batch" and not hot and self.mi.in_training_loop(n):
-                    self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
-                elif kind == "epoch" and hot:
-                    self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
-
-    def _counts_iterations(self, c: ast.Call) -> bool:
-        """`StepLR(opt, step_size=opts.step_size)` with `--step_size` defaulting to 10000, `MultiStepLR(opt,
-        [30000, 40000])`: periods of thousands are iterations (a per-batch schedule written with a per-epoch
-        class), as are names saying so (`total_itrs`, `max_iter`)."""
-        given = [*c.args[1:2], *(k.value for k in c.keywords if k.arg in ("step_size", "milestones"))]
-        for g in given:
-            values = g.elts if isinstance(g, (ast.List, ast.Tuple)) else [g]
-            for v in values:
-                value = v.value if isinstance(v, ast.Constant) else self.mi.cli_default(v)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1000:
-                    return True
-                if re.search(r"iter|itrs|steps", ast.unparse(v), re.I):
-                    return True
         return False
 
     def _conditions(self, node: ast.AST) -> set[str]:

@@ -1,0 +1,83 @@
+"""HL014: a learning-rate scheduler stepped at the wrong cadence (a per-epoch schedule every batch, a
+per-batch one once per epoch). Mixed into `checks.Checker`.
+
+Only PyTorch's schedulers are judged (a project's own `utils.ReduceLROnPlateau` that wraps the optimizer is
+stepped as the optimizer). A per-epoch class can be written per step: `StepLR(step_size=30000)`, a
+`CosineAnnealingLR` whose `T_max` counts iterations, an `ExponentialLR` whose gamma is 0.9999 (BigVGAN) - only a
+gamma written below 0.999 says per epoch.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, method_name
+from hotloop.lint.structure import kw
+
+PER_BATCH_SCHED = ("OneCycleLR", "CyclicLR")
+PER_EPOCH_SCHED = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau")
+
+
+class ScheduleChecks:
+    mi: ModuleInfo
+
+    def add(self, code: str, node: ast.AST, message: str) -> None:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def schedulers(self) -> None:
+        kinds: dict[str, str | None] = {}
+        mixed: set[str] = set()  # `scheduler = CosineAnnealingLR(...)` or `= ReduceLROnPlateau(...)` by a flag
+        for n in self.mi.nodes:
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
+                base = call_name(n.value).split(".")[-1]
+                kind = None
+                resolved = self.mi.call_name(n.value)
+                if "." in resolved and not resolved.startswith("torch."):
+                    kind = None  # a project's own class (`utils.ReduceLROnPlateau` wrapping the optimizer)
+                elif base in PER_BATCH_SCHED or base == "LambdaLR" and "warmup" in ast.unparse(n.value).lower():
+                    kind = "batch"
+                elif base == "ExponentialLR" and not self._decays_fast(n.value):
+                    kind = None  # `gamma=0.9999996` (BigVGAN) decays per step; a gamma from a config is unknown
+                elif base in PER_EPOCH_SCHED:
+                    t_max = kw(n.value, "T_max") or (n.value.args[1] if len(n.value.args) > 1 else None)
+                    src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
+                    per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
+                    kind = None if per_step or self._counts_iterations(n.value) else "epoch"
+                if kind or base.endswith(("LR", "Plateau")) or "Scheduler" in base:
+                    for t in n.targets:
+                        if dotted(t):
+                            if dotted(t) in kinds and kinds[dotted(t)] != kind:
+                                mixed.add(dotted(t))
+                            kinds[dotted(t)] = kind
+        kinds = {k: v for k, v in kinds.items() if v and k not in mixed}
+        for n in self.mi.nodes:
+            if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
+                kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
+                hot = self.mi.in_hot(n)
+                if kind == "batch" and not hot and self.mi.in_training_loop(n):
+                    self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
+                elif kind == "epoch" and hot:
+                    self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
+
+    def _decays_fast(self, c: ast.Call) -> bool:
+        """`ExponentialLR(opt, gamma=0.95)`: a gamma written (or a flag default) below 0.999, a per-epoch decay."""
+        g = kw(c, "gamma")
+        g = g.value if g is not None else c.args[1] if len(c.args) > 1 else None
+        value = g.value if isinstance(g, ast.Constant) else self.mi.cli_default(g) if g is not None else None
+        return isinstance(value, float) and value < 0.999
+
+    def _counts_iterations(self, c: ast.Call) -> bool:
+        """`StepLR(opt, step_size=opts.step_size)` with `--step_size` defaulting to 10000, `MultiStepLR(opt,
+        [30000, 40000])`: periods of thousands are iterations (a per-batch schedule written with a per-epoch
+        class), as are names saying so (`total_itrs`, `max_iter`)."""
+        given = [*c.args[1:2], *(k.value for k in c.keywords if k.arg in ("step_size", "milestones"))]
+        for g in given:
+            values = g.elts if isinstance(g, (ast.List, ast.Tuple)) else [g]
+            for v in values:
+                value = v.value if isinstance(v, ast.Constant) else self.mi.cli_default(v)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 1000:
+                    return True
+                if re.search(r"iter|itrs|steps", ast.unparse(v), re.I):
+                    return True
+        return False
