@@ -244,6 +244,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             return True
         inner = set(map(id, ast.walk(loop)))
         return any(isinstance(n, ast.Call) and call_name(n) == "next" and n.args and id(n) not in inner
+                   and self.enclosing_loop(n) is outer  # (not a sibling validation loop's `next(val_iter)`: nnU-Net)
                    and self._data_iterator(n.args[0]) for n in walk_local(outer))  # fmt: skip
 
     def _data_iterator(self, e: ast.expr) -> bool:

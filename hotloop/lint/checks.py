@@ -115,13 +115,17 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             or self._feeds_env(h.node)) or never_runs(self.mi, h.node))]  # fmt: skip
 
     def _feeds_env(self, node: ast.AST) -> bool:
-        """`envs.step(action.cpu().numpy())`: the environment runs on the host, so the action must go there."""
+        """`envs.step(action.cpu().numpy())`, or `actions = q.argmax(1).cpu().numpy()` then `envs.step(actions)`:
+        the environment runs on the host, so the action must go there."""
         n = self.mi.parent.get(node)
         while isinstance(n, ast.expr):
             if isinstance(n, ast.Call) and method_name(n) == "step" and ENV.search(dotted(n.func.value) or ""):
                 return True
             n = self.mi.parent.get(n)
-        return False
+        names = {x.id for t in getattr(n, "targets", []) for x in ast.walk(t) if isinstance(x, ast.Name)}
+        return bool(names) and any(isinstance(c, ast.Call) and method_name(c) == "step" and ENV.search(dotted(
+            c.func.value) or "") and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
+            for c in walk_local(self.mi.enclosing_function(node)))  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))

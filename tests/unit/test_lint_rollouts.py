@@ -113,3 +113,44 @@ def test_an_off_policy_loop_stepping_the_environment_around_its_updates_is_hot(t
         """)
     )
     assert (11, "HL012") in [(f.line, f.code) for f in lint_paths([script])]
+
+
+def test_an_action_read_into_a_name_the_environment_step_takes_is_its_input():
+    """cleanrl's DQN: `actions = torch.argmax(q_values, dim=1).cpu().numpy()` then `envs.step(actions)`."""
+    src = PPO.format(step_call="envs.step(actions)").replace(
+        "            action, value = agent.get_action_and_value(next_obs)",
+        "            action, value = agent.get_action_and_value(next_obs)\n"
+        "        actions = torch.argmax(value, dim=1).cpu().numpy()\n"
+        "        other = value.cpu()",
+    )
+    hits = found(src)
+    assert (15, "HL007") not in hits and (16, "HL007") in hits, hits
+
+
+def test_a_sibling_validation_loop_fetching_with_next_does_not_make_the_epoch_loop_a_step():
+    """nnU-Net: `for epoch: for i in range(n): train_step(next(train_it))`, then under no_grad `for i in
+    range(m): validation_step(next(val_it))` - the epoch loop is no step loop, its validation reads are per epoch."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train_step(self, batch):
+            loss = self.network(batch["data"].cuda(non_blocking=True)).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return {"loss": loss.detach()}
+
+        def validation_step(self, batch):
+            out = self.network(batch["data"].cuda(non_blocking=True))
+            return {"dice": out.detach().cpu().numpy()}
+
+        def run_training(self):
+            for epoch in range(self.num_epochs):
+                for batch_id in range(self.num_iterations_per_epoch):
+                    self.train_step(next(self.dataloader_train))
+                with torch.no_grad():
+                    for batch_id in range(self.num_val_iterations_per_epoch):
+                        self.validation_step(next(self.dataloader_val))
+    """
+    assert all(code != "HL007" for _, code in found(src)), found(src)
