@@ -225,7 +225,13 @@ HOST_READ = re.compile(r"\.item\(|\bfloat\(|\bint\(|\.cpu\(|\.tolist\(|\.numpy\(
 
 def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     """`self.meter.update(**outputs)` running the project's meter, which stores what it is given (detached)
-    and reads nothing (YOLOX's `MeterBuffer`): the tensors stay on the device until a log boundary."""
+    and reads nothing (YOLOX's `MeterBuffer`), or timm's `AverageMeter`: the tensors stay on the device until a
+    log boundary."""
+    recv = dotted(c.func.value) if isinstance(c.func, ast.Attribute) else ""
+    made = [mi.aliases.get(call_name(v).partition(".")[0], "") for v in assigned_values(recv, mi.nodes)
+            if isinstance(v, ast.Call)]  # fmt: skip
+    if made and all(m.startswith("timm.") and m.endswith("AverageMeter") for m in made):
+        return True  # timm's `AverageMeter`: `sum += val * n`, `avg = sum / count`, all on the device
     local = mi.targets_of(c)
     if local:  # the meter class is in this file
         texts = [ast.get_source_segment(mi.source, fn) or "" for fn in local]
