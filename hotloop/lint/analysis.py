@@ -8,6 +8,9 @@ Hot regions (code that runs every training step):
   or one that does a backward/step itself and is called from a loop of the module;
 - interprocedurally: every same-file function or method called from a hot region (not under a gate) is
   hot too, to a fixpoint; one called from a training loop is a training function (HL020/HL021 look there).
+- what drives a loop with no step written in it (`drivers.py`): a loop stepping an environment inside the
+  training loop (on- and off-policy reinforcement learning), a same-file generator's loop around its `yield`
+  when a training loop iterates it, a function registered as a per-batch callback.
 A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too). A
 step loop over something that is not data (a GAN's phases) inside a loop that fetches the batch is
 inside the step: that outer loop is hot. A loop that hands a step function to a wrapper (`timer(train_step)`) calls it.
@@ -459,7 +462,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
     def remote_returns_number(self, call: ast.Call) -> bool:
         """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
         number): the result is Python data, not a tensor, whatever its name says."""
-        from hotloop.lint.imports import Project, defining, find_def, load_module
+        from hotloop.lint.imports import Project, defining, find_def, load_module  # (imports needs this module)
 
         target = Project.of(self).callee(call) if self.path and not self.path.startswith("<") else None
         if target is None:

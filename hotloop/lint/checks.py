@@ -21,7 +21,7 @@ from hotloop.lint.analysis import (
     walk_local,
 )
 from hotloop.lint.branches import BranchChecks, is_test, never_runs
-from hotloop.lint.drivers import ENV
+from hotloop.lint.drivers import env_step
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.imports import remote_steps
@@ -119,13 +119,12 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         the environment runs on the host, so the action must go there."""
         n = self.mi.parent.get(node)
         while isinstance(n, ast.expr):
-            if isinstance(n, ast.Call) and method_name(n) == "step" and ENV.search(dotted(n.func.value) or ""):
+            if env_step(n):
                 return True
             n = self.mi.parent.get(n)
         names = {x.id for t in getattr(n, "targets", []) for x in ast.walk(t) if isinstance(x, ast.Name)}
-        return bool(names) and any(isinstance(c, ast.Call) and method_name(c) == "step" and ENV.search(dotted(
-            c.func.value) or "") and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
-            for c in walk_local(self.mi.enclosing_function(node)))  # fmt: skip
+        return bool(names) and any(env_step(c) and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
+                                   for c in walk_local(self.mi.enclosing_function(node)))  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))

@@ -17,6 +17,12 @@ ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `e
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 
 
+def env_step(n: ast.AST) -> bool:
+    """`envs.step(action)`, `self.env.step(a)`: one step of an environment (not an optimizer's or scheduler's)."""
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+            and bool(ENV.search(dotted(n.func.value) or "")))  # fmt: skip
+
+
 class DriverModel:
     nodes: list[ast.AST]
     hot_loops: set[ast.AST]
@@ -38,8 +44,7 @@ class DriverModel:
         off-policy loop that steps the environment around its updates (`while not done: ... agent.update(...);
         env.step(action)`), runs once per environment step, as often as the updates: its loop is hot."""
         for n in self.nodes:
-            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
-                    and ENV.search(dotted(n.func.value) or "")):  # fmt: skip
+            if env_step(n):
                 loop = self.enclosing_loop(n)
                 if loop is not None and loop not in self.hot_loops and (
                         loop in self.train_loops or self.enclosing_loop(loop) in self.train_loops):  # fmt: skip

@@ -92,7 +92,7 @@ def first_value(n: ast.If) -> bool:
         and t.comparators[0].value is None
         and dotted(t.left)
     ):
-        return False  # fmt: skip
+        return False
     return any(isinstance(s, ast.Assign) and any(dotted(x) == dotted(t.left) for x in s.targets) for s in n.body)
 
 
