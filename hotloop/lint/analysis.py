@@ -325,6 +325,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
                 if isinstance(node, ast.Call) and {call_name(node).split(".")[-1], self.local_target(node)} & epoch_fns:
                     self._mark(self.enclosing_loop(node), hot=False)
         self._rollouts()
+        self._training_data_loops()
         # (name, called as a method): `trainer.train(batch)` runs the method `train`, not the script's `def train()`
         called_in_loops = {(call_name(n).split(".")[-1], isinstance(n.func, ast.Attribute))
                            for loop in self.hot_loops | self.train_loops for n in walk_local(loop)
@@ -377,6 +378,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             elif loop not in self.hot_loops:
                 self._mark(loop, hot=not epochs)
         self._rollouts()
+        self._training_data_loops()
         self.propagate()
 
     def _mark(self, loop: ast.AST | None, hot: bool) -> None:

@@ -17,6 +17,9 @@ ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `e
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 
 
+TRAIN_DATA = re.compile(r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?$", re.I)
+
+
 def env_step(n: ast.AST) -> bool:
     """`envs.step(action)`, `self.env.step(a)`: one step of an environment (not an optimizer's or scheduler's)."""
     return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
@@ -32,6 +35,7 @@ class DriverModel:
     functions: dict[str, list[ast.AST]]
     _next_targets: dict[ast.AST, list[ast.AST]]
     _iterated: dict[ast.AST, list[ast.AST]]
+    parent: dict[ast.AST, ast.AST]
 
     def enclosing_loop(self, node: ast.AST) -> ast.AST | None:  # pragma: no cover (ModuleInfo's)
         raise NotImplementedError
@@ -49,6 +53,41 @@ class DriverModel:
                 if loop is not None and loop not in self.hot_loops and (
                         loop in self.train_loops or self.enclosing_loop(loop) in self.train_loops):  # fmt: skip
                     self.hot_loops.add(loop)  # (off-policy: the loop around the updates steps the environment)
+
+    def _training_data_loops(self) -> None:
+        """`for batch in train_loader:` or `while True: data = next(train_iter)` whose step is taken out of sight
+        (`model.meta_observe(inputs, labels)`, built by a factory in another file): a loop fetching the training
+        data batch by batch, with no step loop inside it, runs once per step."""
+        for n in self.nodes:
+            if not isinstance(n, (ast.For, ast.While)) or n in self.hot_loops or n in self.train_loops:
+                continue
+            if isinstance(n, ast.For):
+                it = (
+                    n.iter.args[0]
+                    if isinstance(n.iter, ast.Call) and dotted(n.iter.func) in WRAPPERS and n.iter.args
+                    else n.iter
+                )
+                fetches = bool(TRAIN_DATA.match(dotted(it)))
+            else:
+                fetches = any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
+                              and TRAIN_DATA.match(dotted(c.args[0])) and self.enclosing_loop(c) is n
+                              for c in walk_local(n))  # fmt: skip
+            if fetches and not self._grad_off(n):  # (`with torch.no_grad(): for x in train_loader:` computes stats)
+                self.hot_loops.add(n)
+                loop = self.enclosing_loop(n)
+                while loop is not None:
+                    self.train_loops.add(loop)
+                    loop = self.enclosing_loop(loop)
+
+    def _grad_off(self, node: ast.AST) -> bool:
+        n = self.parent.get(node)
+        while n is not None and not isinstance(n, ast.Module):
+            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(n.items[0].context_expr)):
+                return True
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
+            n = self.parent.get(n)
+        return False
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls

@@ -248,3 +248,30 @@ def test_a_helper_loader_with_workers_from_a_flag_that_defaults_to_zero_has_none
     assert all(f.code != "HL011" for f in lint_paths([script]))
     script.write_text(template.format(n=4))
     assert (9, "HL011") in [(f.line, f.code) for f in lint_paths([script])]
+
+
+def test_a_loop_fetching_training_batches_is_hot_when_its_step_is_out_of_sight():
+    """mammoth: `while True: data = next(train_iter)`, the batch moved blocking, the step inside a model built by
+    a factory in another file (`model.meta_observe(...)`). Under no_grad the same loop computes statistics."""
+    src = """
+    import torch
+
+    def train_epoch(model, train_loader, device):
+        train_iter = iter(train_loader)
+        while True:
+            try:
+                data = next(train_iter)
+            except StopIteration:
+                break
+            inputs = data[0].to(device)
+            loss = model.meta_observe(inputs, data[1])
+
+    def init_center(model, train_loader, device):
+        with torch.no_grad():
+            for inputs, _ in train_loader:
+                inputs = inputs.to(device)
+                c = model(inputs).sum(0)
+    """
+    hits = found(src)
+    assert (11, "HL012") in hits, hits
+    assert (17, "HL012") not in hits, hits
