@@ -3,7 +3,8 @@ is written there. Mixed into `analysis.ModuleInfo`, which calls these while it f
 
 - an environment stepped inside the training loop (on-policy rollouts, off-policy `while not done:` loops);
 - a same-file function registered as a per-batch callback of a trainer in another file;
-- a same-file generator, advanced with `next()` or iterated by a training loop: its loop runs per item.
+- a same-file generator, advanced with `next()` or iterated by a training loop: its loop runs per item;
+- a loop fetching the training batches (`for x in train_loader`, `next(train_iter)`) whose step is out of sight.
 """
 
 from __future__ import annotations
