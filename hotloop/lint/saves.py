@@ -27,8 +27,9 @@ VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|ste
 
 
 def formats_a_counter(text: str) -> bool:
-    """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`: the name changes each save."""
-    formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|str\(([^)]*)\)", text)
+    """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`, `'ssd_' + repr(iteration)`: the
+    name changes each save."""
+    formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|(?:str|repr)\(([^)]*)\)", text)
     return any(VARYING.search(" ".join(g)) for g in formatted)
 
 
@@ -169,6 +170,9 @@ class SaveChecks:
                     if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse)):
                         return False  # `"best.pt" if is_best else f"iter_{step}.pt"`: one branch is a fixed name
                     text += " " + ast.unparse(v)
+                    if isinstance(v, ast.Call):  # `filename = self.ckpt_file_name()`: what the same-file helper returns
+                        text += " ".join(ast.unparse(r.value) for f in self.mi.targets_of(v) for r in walk_local(f)
+                                         if isinstance(r, ast.Return) and r.value is not None)  # fmt: skip
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
             todo = found
         if re.search(r"BytesIO\(", text):

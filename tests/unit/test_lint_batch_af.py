@@ -275,3 +275,29 @@ def test_a_loop_fetching_training_batches_is_hot_when_its_step_is_out_of_sight()
     hits = found(src)
     assert (11, "HL012") in hits, hits
     assert (17, "HL012") not in hits, hits
+
+
+def test_save_names_built_by_repr_or_by_a_same_file_helper_change_each_save():
+    """ssd.pytorch: `'weights/ssd300_COCO_' + repr(iteration) + '.pth'`; motion-diffusion-model:
+    `filename = self.ckpt_file_name()` returning `f"model{step:09d}.pt"`. A helper returning a fixed name is HL021."""
+    src = """
+    import torch
+
+    class Loop:
+        def ckpt_file_name(self):
+            return {name}
+
+        def run(self, loader):
+            for step, batch in enumerate(loader):
+                loss = self.model(batch.cuda(non_blocking=True)).mean()
+                loss.backward()
+                self.opt.step()
+                if step % 1000 == 0:
+                    filename = self.ckpt_file_name()
+                    torch.save(self.model.state_dict(), filename)
+                    torch.save(self.model.state_dict(), "weights/ssd_" + repr(step) + ".pth")
+    """
+    hits = found(src.format(name='f"model{(self.step):09d}.pt"'))
+    assert (15, "HL021") not in hits and (16, "HL021") not in hits, hits
+    alone = src.replace('torch.save(self.model.state_dict(), "weights/ssd_" + repr(step) + ".pth")', "pass")
+    assert (15, "HL021") in found(alone.format(name='"model.pt"'))  # (no per-step copy beside it)
