@@ -70,13 +70,18 @@ class BranchChecks:
     def _latched(self, node: ast.AST) -> bool:
         """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in
         the body short-circuits the tensor test once it has held - a read until then, not every step."""
-        test = getattr(node, "test", None)
-        if not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and isinstance(test.values[0], ast.Name)):
+        test, body = getattr(node, "test", None), getattr(node, "body", None)
+        if not (
+            isinstance(test, ast.BoolOp)
+            and isinstance(test.op, ast.Or)
+            and isinstance(test.values[0], ast.Name)
+            and isinstance(body, list)
+        ):  # (a conditional expression's body is one expression)
             return False
         flag = test.values[0].id
         return any(isinstance(s, ast.Assign) and flag in [n for t in s.targets for n in target_names(t)]
                    and isinstance(s.value, ast.Constant) and s.value.value is True
-                   for s in getattr(node, "body", []))  # fmt: skip
+                   for s in body)  # fmt: skip
 
     def _reads_tensors(self, gen: ast.GeneratorExp) -> bool:
         """`any(not torch.isfinite(p.grad).all() for p in params)`: Python truth-tests a tensor per element."""

@@ -301,3 +301,19 @@ def test_save_names_built_by_repr_or_by_a_same_file_helper_change_each_save():
     assert (15, "HL021") not in hits and (16, "HL021") not in hits, hits
     alone = src.replace('torch.save(self.model.state_dict(), "weights/ssd_" + repr(step) + ".pth")', "pass")
     assert (15, "HL021") in found(alone.format(name='"model.pt"'))  # (no per-step copy beside it)
+
+
+def test_a_conditional_expression_testing_a_flag_or_a_tensor_is_a_branch_not_a_crash():
+    """Found by linting every file of 265 checkouts (YOLOv9): `a if flag or torch.isnan(t) else b` crashed the
+    latched-flag check, which expected an `if` statement's body."""
+    src = """
+    import torch
+
+    def train(model, loader, opt, started):
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt.step()
+            y = loss.float() if started or torch.isnan(loss) else loss
+    """
+    assert (9, "HL005") in found(src)
