@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.drivers import DriverModel
+from hotloop.lint.drivers import DriverModel, yields
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
     MODEL_NAME,
@@ -349,7 +349,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             changed = False
             for loop, fns in self._iterated.items():  # the generator's loops around its `yield`: once per item
                 inner = {n for f in fns for n in walk_local(f) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))
-                         and any(isinstance(y, (ast.Yield, ast.YieldFrom)) for y in walk_local(n))}  # fmt: skip
+                         and yields(n)}  # fmt: skip
                 if (loop in self.hot_loops or loop in self.train_loops) and not inner <= self.hot_loops:
                     self.hot_loops.update(inner)
                     changed = True

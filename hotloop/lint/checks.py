@@ -34,6 +34,7 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
+from hotloop.lint.syntax import under_no_grad
 
 LOG_FUNCS = re.compile(
     r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
@@ -220,7 +221,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     and not self._replaced_atomically(c)
                     and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
-            if meth == "append" and c.args and mi.in_hot(c) and not self._no_grad_here(c):
+            if meth == "append" and c.args and mi.in_hot(c) and not under_no_grad(mi.parent, c):
                 arg = c.args[0]
                 if (
                     isinstance(arg, (ast.Name, ast.Attribute, ast.Subscript))
@@ -267,17 +268,6 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 self.add("HL013", c, f"`{_src(c)}` writes zeros into every gradient", edit,
                          "" if edit else "zero_grad has other arguments or spans lines: drop `set_to_none=False` by "
                          "hand")  # fmt: skip
-
-    def _no_grad_here(self, node: ast.AST) -> bool:
-        """Under `with torch.no_grad()`/`inference_mode()` or in a function decorated so: no graph to keep."""
-        n = self.mi.parent.get(node)
-        while n is not None:
-            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(n.items[0].context_expr)):
-                return True
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
-            n = self.mi.parent.get(n)
-        return False
 
     def _in_getitem(self, c: ast.Call) -> bool:
         """Inside a Dataset's `__getitem__`: run by the DataLoader for every sample of every batch."""

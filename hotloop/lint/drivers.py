@@ -12,13 +12,25 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import dotted, method_name, walk_local
+from hotloop.lint.syntax import dotted, method_name, under_no_grad, walk_local
 
 ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `envs.step(action)`: one environment step
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 
 
 TRAIN_DATA = re.compile(r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?$", re.I)
+
+
+def unwrapped(it: ast.expr) -> ast.expr:
+    """`gen(...)` of `enumerate(tqdm(gen(...)))`: what the loop really iterates."""
+    while isinstance(it, ast.Call) and dotted(it.func) in WRAPPERS and it.args:
+        it = it.args[0]
+    return it
+
+
+def yields(node: ast.AST) -> bool:
+    """A generator function (or a loop of one) holds a `yield`."""
+    return any(isinstance(y, (ast.Yield, ast.YieldFrom)) for y in walk_local(node))
 
 
 def env_step(n: ast.AST) -> bool:
@@ -44,6 +56,9 @@ class DriverModel:
     def targets_of(self, call: ast.Call) -> list[ast.AST]:  # pragma: no cover (ModuleInfo's)
         raise NotImplementedError
 
+    def _mark(self, loop: ast.AST | None, hot: bool) -> None:  # pragma: no cover (ModuleInfo's)
+        raise NotImplementedError
+
     def _rollouts(self) -> None:
         """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`), or an
         off-policy loop that steps the environment around its updates (`while not done: ... agent.update(...);
@@ -63,32 +78,13 @@ class DriverModel:
             if not isinstance(n, (ast.For, ast.While)) or n in self.hot_loops or n in self.train_loops:
                 continue
             if isinstance(n, ast.For):
-                it = (
-                    n.iter.args[0]
-                    if isinstance(n.iter, ast.Call) and dotted(n.iter.func) in WRAPPERS and n.iter.args
-                    else n.iter
-                )
-                fetches = bool(TRAIN_DATA.match(dotted(it)))
+                fetches = bool(TRAIN_DATA.match(dotted(unwrapped(n.iter))))
             else:
                 fetches = any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
                               and TRAIN_DATA.match(dotted(c.args[0])) and self.enclosing_loop(c) is n
                               for c in walk_local(n))  # fmt: skip
-            if fetches and not self._grad_off(n):  # (`with torch.no_grad(): for x in train_loader:` computes stats)
-                self.hot_loops.add(n)
-                loop = self.enclosing_loop(n)
-                while loop is not None:
-                    self.train_loops.add(loop)
-                    loop = self.enclosing_loop(loop)
-
-    def _grad_off(self, node: ast.AST) -> bool:
-        n = self.parent.get(node)
-        while n is not None and not isinstance(n, ast.Module):
-            if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(n.items[0].context_expr)):
-                return True
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
-            n = self.parent.get(n)
-        return False
+            if fetches and not under_no_grad(self.parent, n):  # (under no_grad it computes statistics)
+                self._mark(n, hot=True)
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
@@ -108,8 +104,7 @@ class DriverModel:
         made: dict[str, list[ast.AST]] = {}
         for n in self.nodes:
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
-                fns = [f for f in self.targets_of(n.value) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
-                                                                   for y in walk_local(f))]  # fmt: skip
+                fns = [f for f in self.targets_of(n.value) if yields(f)]
                 if fns:
                     for t in n.targets:
                         if dotted(t):
@@ -123,11 +118,8 @@ class DriverModel:
         # training loop: the generator's loop around its `yield` runs once per item, as often as the steps.
         for n in self.nodes:
             if isinstance(n, (ast.For, ast.AsyncFor)):
-                it = n.iter
-                while isinstance(it, ast.Call) and dotted(it.func) in WRAPPERS and it.args:
-                    it = it.args[0]
+                it = unwrapped(n.iter)
                 if isinstance(it, ast.Call):
-                    fns = [f for f in self.targets_of(it) if any(isinstance(y, (ast.Yield, ast.YieldFrom))
-                                                                  for y in walk_local(f))]  # fmt: skip
+                    fns = [f for f in self.targets_of(it) if yields(f)]
                     if fns:
                         self._iterated[n] = fns

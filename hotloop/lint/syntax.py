@@ -5,6 +5,7 @@ call graph (`analysis.py`), gates and the cross-file pass."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -120,3 +121,15 @@ def param_defaults(fn: ast.AST) -> dict[str, ast.expr]:
     out = dict(zip([a.arg for a in pos[len(pos) - len(args.defaults) :]], args.defaults, strict=True))
     out.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None)
     return out
+
+
+def under_no_grad(parent: dict[ast.AST, ast.AST], node: ast.AST) -> bool:
+    """Under `with torch.no_grad()`/`inference_mode()` or in a function decorated so: no graph to keep."""
+    n = parent.get(node)
+    while n is not None:
+        if isinstance(n, ast.With) and re.search(r"no_grad|inference_mode", ast.unparse(n.items[0].context_expr)):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
+        n = parent.get(n)
+    return False
