@@ -30,7 +30,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.drivers import DriverModel, yields
+from hotloop.lint.drivers import DriverModel, repeats_runs, runs_epochs, yields
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
     MODEL_NAME,
@@ -312,6 +312,9 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         holders = {self.enclosing_function(loop) for loop in self.hot_loops} - {self.tree}
         epoch_fns = {fn.name for fn in holders}  # type: ignore[attr-defined]
+        # (a function that runs its own epochs, GraphMAE's `pretrain`, called from `for seed in seeds`: that loop
+        # repeats whole runs; a PPO update's epochs inside `for update in ...` stay training)
+        whole_runs = {fn.name for fn in holders if runs_epochs(fn, self.hot_loops)}  # type: ignore[attr-defined]
         # A function named for an epoch that holds the step loop runs once per epoch: what it does around that
         # loop (saving `last_epoch_weights.pth`) is per-epoch training code even with its caller in another file.
         self.train_functions.update(fn for fn in holders if EPOCH_NAMED.search(fn.name))  # type: ignore[attr-defined]
@@ -322,7 +325,10 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
         }  # `train_one_epoch` from another file
         if epoch_fns:
             for node in self.nodes:
-                if isinstance(node, ast.Call) and {call_name(node).split(".")[-1], self.local_target(node)} & epoch_fns:
+                if not isinstance(node, ast.Call):
+                    continue
+                called = {call_name(node).split(".")[-1], self.local_target(node)}
+                if called & epoch_fns and not (called & whole_runs and repeats_runs(self.enclosing_loop(node))):
                     self._mark(self.enclosing_loop(node), hot=False)
         self._rollouts()
         self._training_data_loops()

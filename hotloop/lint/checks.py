@@ -34,7 +34,7 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import under_no_grad
+from hotloop.lint.syntax import graphless, under_no_grad
 
 LOG_FUNCS = re.compile(
     r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
@@ -228,6 +228,11 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     and not any(isinstance(x, ast.Attribute) and x.attr == "data" for x in ast.walk(arg))  # `l.data[0]`
                     and self.tensor(arg)
                     and re.search(r"loss|logit|out|pred|score|prob|hidden|feat|embed|activ", ast.unparse(arg))
+                    and not (
+                        isinstance(arg, ast.Name)
+                        and (vs := assigned_values(arg.id, mi.nodes))
+                        and all(map(graphless, vs))
+                    )  # fmt: skip
                 ):
                     self.add("HL019", c, "appending a tensor without `.detach()` keeps its autograd graph alive")
         if name in ("torch.tensor", "torch.as_tensor") and c.args and self.tensorish_iterable(c.args[0]):

@@ -5,6 +5,8 @@ is written there. Mixed into `analysis.ModuleInfo`, which calls these while it f
 - a same-file function registered as a per-batch callback of a trainer in another file;
 - a same-file generator, advanced with `next()` or iterated by a training loop: its loop runs per item;
 - a loop fetching the training batches (`for x in train_loader`, `next(train_iter)`) whose step is out of sight.
+
+And what does not: a loop over seeds or folds around a function that runs its own epochs repeats whole runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `e
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 
 
+EPOCHS = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|i_epoch|cur_epoch|current_epoch)$", re.I)  # an epoch loop's name
+RUNS = re.compile(r"^(seed|seeds|run|runs|fold|folds|trial|trials|repeat|rep|i_run|run_id|fold_idx)$", re.I)
 TRAIN_DATA = re.compile(r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?$", re.I)
 
 
@@ -37,6 +41,35 @@ def env_step(n: ast.AST) -> bool:
     """`envs.step(action)`, `self.env.step(a)`: one step of an environment (not an optimizer's or scheduler's)."""
     return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
             and bool(ENV.search(dotted(n.func.value) or "")))  # fmt: skip
+
+
+def repeats_runs(loop: ast.AST | None) -> bool:
+    """`for seed in seeds`, `for fold in range(k)`, `for run in range(n_runs)`: each pass is a whole run."""
+    target = loop.target if isinstance(loop, (ast.For, ast.AsyncFor)) else None
+    return target is not None and any(isinstance(n, ast.Name) and RUNS.search(n.id) for n in ast.walk(target))
+
+
+def runs_epochs(fn: ast.AST, hot_loops: set[ast.AST]) -> bool:
+    """`fn` (not named for an epoch) loops over epochs itself: `for epoch in range(max_epoch)` is, or holds,
+    one of its hot loops (GraphMAE's `pretrain`). A loop around its call that `repeats_runs` is no epoch loop."""
+    if re.search(r"(^|_)epoch($|_)", getattr(fn, "name", ""), re.I):
+        return False
+    for loop in walk_local(fn):
+        target = loop.target if isinstance(loop, ast.For) else None
+        named = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)} if target is not None else ()
+        if any(EPOCHS.search(n) for n in named) and not hot_loops.isdisjoint({loop, *walk_local(loop)}):
+            return True
+    return False
+
+
+def _data_name(it: ast.expr) -> str:
+    """`train_loader` for `train_loader`, `self.train_loader`, or Graph-WaveNet's
+    `dataloader['train_loader'].get_iterator()`."""
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and not it.args:
+        it = it.func.value  # `loader.get_iterator()`, `loader.iter()`
+    if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Constant) and isinstance(it.slice.value, str):
+        return it.slice.value
+    return dotted(it)
 
 
 class DriverModel:
@@ -78,7 +111,7 @@ class DriverModel:
             if not isinstance(n, (ast.For, ast.While)) or n in self.hot_loops or n in self.train_loops:
                 continue
             if isinstance(n, ast.For):
-                fetches = bool(TRAIN_DATA.match(dotted(unwrapped(n.iter))))
+                fetches = bool(TRAIN_DATA.match(_data_name(unwrapped(n.iter))))
             else:
                 fetches = any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
                               and TRAIN_DATA.match(dotted(c.args[0])) and self.enclosing_loop(c) is n

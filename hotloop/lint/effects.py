@@ -24,6 +24,7 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+from hotloop.lint.loaders import loaders_built
 from hotloop.lint.saves import formats_a_counter
 from hotloop.lint.syntax import param_defaults
 
@@ -34,7 +35,6 @@ ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy o
 DEPTH = 2  # files followed from the linted script: its helpers, and theirs
 _EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple[str, int, str, bool, bool, bool]]] = {}
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
-_LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
 
 @contextmanager
@@ -299,55 +299,6 @@ def _path_from_params(mi: ModuleInfo, save: ast.AST) -> tuple[tuple[int, str], .
     return ()
 
 
-def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInfo) -> bool:
-    """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
-    the parameter's default) decides; `num_workers=args.num_workers` with the caller's `--num-workers`
-    defaulting to 0 (DLRM): no workers either."""
-    value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
-    if isinstance(value, ast.Attribute) and caller.cli_default(value) == 0:
-        return True
-    if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return False
-    names = [a.arg for a in fn.args.args]
-    params = names[1:] if names[:1] == ["self"] else names
-    defaults = param_defaults(fn)
-    given = next((k.value for k in call.keywords if k.arg == value.id), None)
-    if given is None and value.id in params and params.index(value.id) < len(call.args):
-        given = call.args[params.index(value.id)]
-    if given is None:  # not passed (or passed through *args/**kwargs we cannot see): the default, if any
-        given = defaults.get(value.id)
-    return isinstance(given, ast.Constant) and given.value == 0
-
-
-def loaders_built(file: Path, name: str, caller: object, call: ast.Call) -> list[tuple[int, list[str]]]:
-    """(line, missing options) of each DataLoader with workers that `name` builds in `file`, judged with the
-    caller's CUDA-ness and whether the caller re-iterates what the call returns."""
-    from hotloop.lint.checks import Checker
-
-    key = (str(file), file.stat().st_mtime, name)
-    if key not in _LOADERS:  # most helpers build no loader: find that out once, from the text first
-        try:
-            text = file.read_text(encoding="utf-8-sig", errors="replace")
-        except OSError:
-            text = ""
-        mi = load_module(file, key[1]) if "DataLoader" in text else None
-        fn = find_def(mi.tree, name, ("__init__",)) if mi is not None else None
-        calls = [d for d in ast.walk(fn) if isinstance(d, ast.Call)
-                 and call_name(d).split(".")[-1] == "DataLoader"] if fn is not None else []  # fmt: skip
-        _LOADERS[key] = (mi, fn, calls) if fn is not None and calls else None
-    if _LOADERS[key] is None:
-        return []
-    mi, fn, calls = _LOADERS[key]  # type: ignore[misc]
-    helper = Checker(mi)
-    out = []
-    for d in calls:
-        if not _no_workers(d, fn, call, caller.mi):  # type: ignore[attr-defined]
-            missing = helper.loader_missing(d, caller.mi.uses_cuda, lambda: caller._reiterated(call))  # type: ignore[attr-defined]
-            if missing:
-                out.append((d.lineno, missing))
-    return out
-
-
 def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...] = ANY_ARG) -> bool:
     """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
     `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows.
@@ -406,9 +357,9 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
             continue
         if "." in target[1]:  # a method of an instance (`trainer.run()`): its loaders' lifetime is not seen here
             continue
-        where = relative(project, target[0])
         caller = caller or Checker(mi)
-        for line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
+        for file, line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
+            where = relative(project, file)
             out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
                                     f"without {' and '.join(missing)}"))  # fmt: skip
     return out

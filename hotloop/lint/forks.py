@@ -11,6 +11,10 @@
 The kind model's rule "the assignment just above the use decides" saw the `else` (the later line) and took
 `sync_loss` for a float (Wav2Lip, batch Z). Under the same test again, the branch's own kind holds; anywhere
 else the name is a tensor on one path, and a read there may sync.
+
+Also here, the other local facts that override a name's kind at one use: a lambda's own parameter, an
+`isinstance` test that narrows a name away from tensors, and a dict entry the function only ever sets to
+numbers (`state['step'] = 0; state['step'] += 1`).
 """
 
 from __future__ import annotations
@@ -54,3 +58,47 @@ def branch_kind(
             return next((kinds[id(x)] for x in (a, b) if x in side), None)
         child, n = n, model.parent.get(n)
     return "tensor"
+
+
+def lambda_param(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
+    """`e` is a parameter of a lambda around it (`lambda t: t.cuda()`), not the enclosing function's name."""
+    n = parent.get(e)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(n, ast.Lambda) and e.id in {a.arg for a in n.args.args}:
+            return True
+        n = parent.get(n)
+    return False
+
+
+def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
+    """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
+    child, n = e, parent.get(e)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(n, ast.If) and child is not n.test and child in n.body:
+            for t in ast.walk(n.test):
+                if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
+                        and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
+                        and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
+                    return True
+        child, n = n, parent.get(n)
+    return False
+
+
+def counter_entry(fn: ast.AST, e: ast.Subscript) -> bool:
+    """`state['step']` where the function sets `state['step'] = 0` and only ever adds numbers to it (a custom
+    optimizer's step counter, RAdam's): a Python int, whatever the dict's other entries hold."""
+    if not isinstance(e.slice, ast.Constant) or not isinstance(e.slice.value, str):
+        return False
+    entries = getattr(fn, "_number_entries", None)
+    if entries is None:
+        kinds: dict[str, bool] = {}
+        for n in ast.walk(fn):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant):
+                    number = isinstance(n.value, ast.Constant) and type(n.value.value) in (int, float)  # type: ignore[attr-defined]
+                    key = ast.unparse(t)
+                    kinds[key] = kinds.get(key, True) and number
+        entries = {k for k, number in kinds.items() if number}
+        fn._number_entries = entries  # type: ignore[attr-defined]
+    return ast.unparse(e) in entries

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
-from hotloop.lint.forks import branch_kind
+from hotloop.lint.forks import branch_kind, counter_entry, lambda_param, narrowed_away
 from hotloop.lint.syntax import assigned_values, constructed, dotted, is_str, method_name, read_of, target_names  # noqa: F401
 
 TENSOR_NAME = re.compile(
@@ -38,6 +38,8 @@ TENSOR_METHODS = {
     "argmax", "argmin", "any", "all", "isnan", "isinf", "isfinite", "clamp", "mul", "add", "sub", "div", "matmul",
     "contiguous", "flatten", "permute", "transpose", "std", "var", "prod", "cumsum", "masked_fill", "gather",
     "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
+    "chunk", "unbind", "narrow", "expand", "expand_as", "index_select", "roll", "flip", "new_zeros", "new_ones",
+    "new_full", "new_empty", "sigmoid", "tanh", "exp_", "neg", "square", "logsumexp", "nan_to_num",
 }  # fmt: skip
 READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Python
 SCALAR_FUNCS = {
@@ -211,27 +213,6 @@ class KindModel:
                 out[tgt.id] = "tensor"
         return out
 
-    def _lambda_param(self, e: ast.Name) -> bool:
-        n = self.parent.get(e)  # type: ignore[attr-defined]
-        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if isinstance(n, ast.Lambda) and e.id in {a.arg for a in n.args.args}:
-                return True
-            n = self.parent.get(n)  # type: ignore[attr-defined]
-        return False
-
-    def _narrowed_away(self, e: ast.Name) -> bool:
-        """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
-        child, n = e, self.parent.get(e)  # type: ignore[attr-defined]
-        while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            if isinstance(n, ast.If) and child is not n.test and child in n.body:
-                for t in ast.walk(n.test):
-                    if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
-                            and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
-                            and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
-                        return True
-            child, n = n, self.parent.get(n)  # type: ignore[attr-defined]
-        return False
-
     def _tensor_values(self, e: ast.expr, info: FunctionInfo) -> bool:
         """`d.values()` of a dict of tensors, or a comprehension over one."""
         if isinstance(e, ast.Call) and method_name(e) in ("values", "items") and isinstance(e.func, ast.Attribute):
@@ -380,9 +361,9 @@ class KindModel:
         if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
             return None
         if isinstance(e, ast.Name):
-            if self._narrowed_away(e):
+            if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
                 return "scalar"
-            if self._lambda_param(e):
+            if lambda_param(self.parent, e):  # type: ignore[attr-defined]
                 return "tensor" if TENSOR_NAME.search(e.id) else None  # `lambda t: t.cuda()`: not the outer t
             lines = [(line, k) for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
             pair = {lines[-1][1], lines[-2][1]} if len(lines) > 1 else set()
@@ -419,6 +400,8 @@ class KindModel:
                 return "tensor"
             return "tensor" if TENSOR_NAME.search(e.attr) else None
         if isinstance(e, ast.Subscript):
+            if counter_entry(info.node, e):
+                return "scalar"
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None
         if isinstance(e, ast.BinOp):

@@ -13,8 +13,16 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
+from hotloop.lint.imports import Project, find_def, load_module
+from hotloop.lint.syntax import param_defaults
+
+# A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
+# test_loader)`) reads a few batches once: no evidence of epochs.
+MEASURES = re.compile(r"(^|_)(compute_)?(time|timing|bench|benchmark|profile|visuali[sz]e|show|plot)", re.I)
+_LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
 
 class LoaderChecks:
@@ -131,21 +139,56 @@ class LoaderChecks:
         it), or handed to code that loops epochs. A loader built anew in each pass of a loop, iterated once (a
         test set read at the end, an evaluation loader rebuilt per call), or over an endless sampler never
         re-forks; one built once inside the loop (`_built_once_in_loop`) does."""
-        if self.mi.enclosing_loop(c) is not None and not self._built_once_in_loop(c):
-            return False  # built per epoch: persistent workers would not survive the loader anyway
+        per_pass = self.mi.enclosing_loop(c) is not None and not self._built_once_in_loop(c)
         if self._endless(c):
             return False  # one pass over an iteration-based sampler: the workers are forked once
         assign = self.mi.parent.get(c)
-        names = {dotted(t) for t in assign.targets if dotted(t)} if isinstance(assign, ast.Assign) else set()
+        targets = [e for t in assign.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])
+                   ] if isinstance(assign, ast.Assign) else []  # fmt: skip
+        names = {dotted(t) for t in targets if dotted(t)}
         if not names or any(n.startswith(("self.", "cls.")) for n in names):
-            return True  # passed straight on or kept on an object: assume several epochs
-        return self._used_again(names, self.mi.enclosing_function(c), depth)
+            return not per_pass  # passed straight on or kept on an object: assume several epochs
+        scope = self.mi.enclosing_function(c)
+        # only the uses of this binding: up to the name's next assignment in the same block (straight-line code;
+        # one in an `else` beside it is another binding, not a later one), unless that wraps the same loader
+        # (`loader = accelerator.prepare(loader)`, `criterion, loader = get_criterion(cfg, loader)`)
+        holder = self.mi.parent.get(assign)
+        lists = [getattr(holder, f, None) or [] for f in ("body", "orelse", "finalbody")]
+        block = next((b for b in lists if assign in b), [])
+        later = [
+            v.lineno
+            for v in block
+            if isinstance(v, ast.Assign)
+            and v.lineno > c.lineno
+            and {dotted(e) for t in v.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])} & names
+            and not {dotted(x) for x in ast.walk(v.value)} & names
+        ]
+        window = (c.lineno, min(later, default=10**9))
+        if per_pass:  # built in each pass (a schedule's session): re-iterated only by a callee that loops epochs
+            return any(isinstance(call := self.mi.parent.get(u), ast.Call) and u in call.args
+                       and window[0] <= u.lineno < window[1] and self._iterated_by_callee(call, u, depth)
+                       for u in walk_local(scope) if isinstance(u, ast.Name) and u.id in names)  # fmt: skip
+        return self._used_again(names, scope, depth, window=window)
 
-    def _used_again(self, names: set[str], scope: ast.AST, depth: int, loops_only: bool = False) -> bool:
+    def _iterated_by_callee(self, call: ast.Call, u: ast.expr, depth: int) -> bool:
+        """The same-file function `call` runs iterates the parameter `u` is passed as, in a loop inside a loop."""
+        for fn in self.mi.targets_of(call):
+            params = [a.arg for a in fn.args.args]  # type: ignore[attr-defined]
+            params = params[1:] if params[:1] in (["self"], ["cls"]) else params
+            name = next((k.arg for k in call.keywords if k.value is u), None)
+            if name is None and u in call.args and call.args.index(u) < len(params):
+                name = params[call.args.index(u)]
+            if name and self._used_again({name}, fn, depth + 1, loops_only=True):
+                return True
+        return False
+
+    def _used_again(self, names: set[str], scope: ast.AST, depth: int, loops_only: bool = False,
+                    window: tuple[int, int] = (0, 10**9)) -> bool:  # fmt: skip
         """A loader bound to `names` in `scope` is iterated in a loop there, or by its callers (returned); with
         `loops_only`, handing it to an unknown consumer is no evidence."""
         for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
-            if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)):
+            if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)
+                    and window[0] <= u.lineno < window[1]):  # fmt: skip
                 continue
             if self.mi.enclosing_function(u) is not scope:
                 return True  # a global loader read by a function (an epoch function, called again and again)
@@ -187,10 +230,104 @@ class LoaderChecks:
             if isinstance(call, ast.keyword):  # `BERTTrainer(bert, train_dataloader=loader)`
                 call = self.mi.parent.get(call)
             given = isinstance(call, ast.Call) and (u in call.args or any(k.value is u for k in call.keywords))
+            if given and depth < 2 and self._iterated_by_callee(call, u, depth):  # type: ignore[arg-type]
+                return True  # `voc_train_loop(..., train_set, ...)`, a same-file function looping epochs over it
             if given and not loops_only and not self.mi.targets_of(call):  # type: ignore[arg-type]
-                if self.mi.call_name(call) not in ("len", "print", "iter", "next"):
+                name = self.mi.call_name(call)
+                if name not in ("len", "print", "iter", "next") and not MEASURES.search(name.rpartition(".")[2]):
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         return False  # never iterated where we can see it: no evidence of several epochs
+
+
+def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInfo) -> bool:
+    """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
+    the parameter's default) decides; `num_workers=args.num_workers` with the caller's `--num-workers`
+    defaulting to 0 (DLRM): no workers either."""
+    value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
+    if isinstance(value, ast.Attribute) and caller.cli_default(value) == 0:
+        return True
+    if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    names = [a.arg for a in fn.args.args]
+    params = names[1:] if names[:1] == ["self"] else names
+    defaults = param_defaults(fn)
+    given = next((k.value for k in call.keywords if k.arg == value.id), None)
+    if given is None and value.id in params and params.index(value.id) < len(call.args):
+        given = call.args[params.index(value.id)]
+    if given is None:  # not passed (or passed through *args/**kwargs we cannot see): the default, if any
+        given = defaults.get(value.id)
+    return isinstance(given, ast.Constant) and given.value == 0
+
+
+Built = list[tuple[Path, int, list[str]]]  # (file, line, missing options) of each loader a helper builds
+
+
+def loaders_built(file: Path, name: str, caller: object, call: ast.Call, hops: int = 2) -> Built:
+    """(file, line, missing options) of each DataLoader with workers that `name` builds in `file`, judged with
+    the caller's CUDA-ness and whether the caller re-iterates what the call returns. A builder that only
+    returns another project helper's result (Swin's `data.build_loader` returning `.build`'s, pycls's
+    `construct_train_loader` returning `_construct_loader(...)`) builds what that helper builds."""
+    from hotloop.lint.checks import Checker
+
+    key = (str(file), file.stat().st_mtime, name)
+    if key not in _LOADERS:  # most helpers build no loader: find that out once, from the text first
+        try:
+            text = file.read_text(encoding="utf-8-sig", errors="replace")
+        except OSError:
+            text = ""
+        mi = load_module(file, key[1]) if "DataLoader" in text or hops and "return" in text else None
+        fn = find_def(mi.tree, name, ("__init__",)) if mi is not None else None
+        calls = [d for d in ast.walk(fn) if isinstance(d, ast.Call)
+                 and call_name(d).split(".")[-1] == "DataLoader"] if fn is not None else []  # fmt: skip
+        _LOADERS[key] = (mi, fn, calls) if fn is not None else None
+    if _LOADERS[key] is None:
+        return []
+    mi, fn, calls = _LOADERS[key]  # type: ignore[misc]
+    if not calls:
+        return _returned(mi, fn, caller, call, hops - 1) if hops else []
+    helper = Checker(mi)
+    out = []
+    for d in calls:
+        if not _no_workers(d, fn, call, caller.mi):  # type: ignore[attr-defined]
+            # a loader the helper keeps to itself (cirtorch's `extract_vectors` returns the vectors) lives one call:
+            # whether the helper re-iterates it decides, not what the caller does with the result
+            reiterated = (
+                (lambda d=d: caller._reiterated(call))
+                if _handed_out(mi, fn, d)
+                # type: ignore[attr-defined]
+                else (lambda d=d: helper._reiterated(d))
+            )
+            missing = helper.loader_missing(d, caller.mi.uses_cuda, reiterated)
+            if missing:
+                out.append((Path(mi.path), d.lineno, missing))
+    return out
+
+
+def _handed_out(mi: ModuleInfo, fn: ast.AST, d: ast.Call) -> bool:
+    """The helper hands the loader `d` out (returns it, keeps it on `self` as an `__init__` does, or never iterates
+    it itself: `loaders.append(loader)`), rather than iterating it and returning only what it computed."""
+    assign = mi.parent.get(d)
+    names = {dotted(t) for t in assign.targets} if isinstance(assign, ast.Assign) else set()
+    if not names or any(n.startswith("self.") or not n for n in names) or getattr(fn, "name", "") == "__init__":
+        return True
+    nodes = list(walk_local(fn))
+    iterated = any(isinstance(n, (ast.For, ast.comprehension)) and names & {dotted(x) for x in ast.walk(n.iter)}
+                   for n in nodes)  # fmt: skip
+    return not iterated or any(isinstance(r, ast.Return) and r.value is not None
+                               and names & {dotted(x) for x in ast.walk(r.value)} for r in nodes)  # fmt: skip
+
+
+def _returned(mi: ModuleInfo, fn: ast.AST, caller: object, call: ast.Call, hops: int) -> Built:
+    """The loaders of the project helpers whose result `fn` returns as it is (`return _build_loader(cfg)`)."""
+    project = Project.of(mi)
+    out = []
+    for r in sorted((r for r in walk_local(fn) if isinstance(r, ast.Return)), key=lambda r: r.lineno):
+        if isinstance(r.value, ast.Call) and (name := call_name(r.value)):
+            local = find_def(mi.tree, name, ()) if "." not in name else None
+            target = (Path(mi.path), name) if isinstance(local, ast.FunctionDef) else project.callee(r.value)
+            if target is not None and "." not in target[1]:
+                out += loaders_built(*target, caller, call, hops)
+    return out
 
 
 def _as_dict(e: ast.expr) -> ast.expr:

@@ -19,8 +19,8 @@ LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name give
 SAVER = re.compile(r"save(_(model|models|checkpoint|state|ckpt|pretrained|network|networks))?")  # not images
 PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema|actor|critic|"
                      r"policy|agent", re.I)  # fmt: skip
-
-
+RESULTS = re.compile(r"(results?|preds?|predictions|outputs?|features|feats|embeddings|detections|dets)([-_.{]|$)",
+                     re.I)  # fmt: skip
 # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
 VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|iter|kimg|nimg|tick|acc|score|"
                      r"loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
@@ -73,6 +73,8 @@ class SaveChecks:
             return True
         if self._reloaded(c):
             return True  # the file the run reads back on restart: losing it costs the run, whatever it holds
+        if self._results_file(c):
+            return False  # `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`: a dump
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
@@ -84,6 +86,20 @@ class SaveChecks:
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Return))
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
         return bool(PAYLOAD.search(text))
+
+    def _results_file(self, c: ast.Call) -> bool:
+        """The file's own name (its string literals, here or where the path variable is set) says results,
+        predictions or features: evaluation output, whatever the saved dict is called."""
+        path = c.args[1] if len(c.args) > 1 else getattr(kw(c, "f"), "value", None)
+        if path is None:
+            return False
+        exprs = [path]
+        if isinstance(path, ast.Name):
+            exprs += assigned_values(path.id, walk_local(self.mi.enclosing_function(c)))
+        names = [
+            x.value for e in exprs for x in ast.walk(e) if isinstance(x, ast.Constant) and isinstance(x.value, str)
+        ]
+        return any(RESULTS.match(n.lstrip("/\\")) for n in names)
 
     def _reloaded(self, c: ast.Call) -> bool:
         """`torch.save({"queue": q}, queue_path)` where the same file also `torch.load(queue_path)`s it."""

@@ -176,7 +176,8 @@ class StructureChecks:
         it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and loop.iter.args else loop.iter
         name = dotted(it).split(".")[-1]
         name = dotted(it) or ast.unparse(loop.iter)
-        if not re.search(r"(eval|val|valid|test)\w*(loader|data|dl)|(loader|data|dl)\w*(eval|val|test)", name, re.I):
+        if not re.search(r"(eval|val|valid|test)\w*(loader|data|dl)|(loader|data|dl)\w*(eval|val|test)", name, re.I) \
+                and not self._after_eval(loop):  # fmt: skip
             return
         fn = self.mi.enclosing_function(loop)
         if re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I):
@@ -196,6 +197,22 @@ class StructureChecks:
         if not grad_off and not inner:
             self.add("HL018", loop, f"`for ... in {src(loop.iter)}` runs the model without `torch.no_grad()`: "
                      "activations are kept")  # fmt: skip
+
+    def _after_eval(self, loop: ast.For) -> bool:
+        """SR-GNN's `model.eval()` then `for i in slices: forward(model, i, test_data)` after the training loop of
+        the same function: the statements above the loop in its block switch to eval mode (after any `train()`)."""
+        body = [n for stmt in loop.body for n in ast.walk(stmt)]
+        if not any(isinstance(n, ast.Call) and FORWARD_CALL.search(call_name(n) or "-") for n in body):
+            return False  # the network itself is not called here (`validate(infer_fn, ...)` may guard itself)
+        holder = self.mi.parent.get(loop)
+        block = next((b for b in (getattr(holder, f, None) or [] for f in ("body", "orelse")) if loop in b), [])
+        for stmt in reversed(block[: block.index(loop)] if block else []):
+            calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+            if any(method_name(n) == "train" for n in calls) or isinstance(stmt, (ast.For, ast.While)):
+                return False
+            if any(method_name(n) == "eval" and not n.args and not n.keywords for n in calls):
+                return True
+        return False
 
     def gated_evaluation(self, gate: ast.If) -> None:
         """`if i % 10 == 0: data = next(iter(testdataloader)); pred = classifier(points)` inside the training

@@ -133,3 +133,16 @@ def under_no_grad(parent: dict[ast.AST, ast.AST], node: ast.AST) -> bool:
             return any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in n.decorator_list)
         n = parent.get(n)
     return False
+
+
+def graphless(value: ast.expr) -> bool:
+    """A value no gradient flows through: indices (`argmax`, `out.max(dim=1)[1]`, `topk(k)[1]`), integer casts,
+    comparisons, or a gather across ranks (`concat_all_gather(...)` runs under no_grad): appending it keeps no graph."""
+    if isinstance(value, ast.Compare):
+        return True
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and value.slice.value == 1:
+        return isinstance(value.value, ast.Call) and method_name(value.value) in ("max", "min", "topk", "sort")
+    if isinstance(value, ast.Call):
+        name = dotted(value.func).rpartition(".")[2]
+        return name in ("argmax", "argmin", "long", "int", "bool", "argsort") or "all_gather" in name
+    return False

@@ -1,0 +1,353 @@
+"""Patterns found while scoring held-out batch AH and the misses left from earlier batches (Swin, pycls,
+SimMIM, GraphMAE, tabular-dl), in our own words."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_paths
+
+TRAIN = """
+import torch
+from data import build_loader
+
+def main(cfg):
+    train_loader, val_loader = build_loader(cfg)
+    {extra}
+    for epoch in range(cfg.epochs):
+        for x, y in train_loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt.step()
+"""
+
+
+def _project(tmp_path: Path, files: dict[str, str], script: str) -> list[tuple[int, str]]:
+    (tmp_path / "README.md").write_text("x\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    (tmp_path / "train.py").write_text(textwrap.dedent(script))
+    return [(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])]
+
+
+BUILD = """
+import torch
+
+def build_loader(cfg):
+    train = torch.utils.data.DataLoader(cfg.ds, batch_size=8, num_workers=cfg.workers, pin_memory=True)
+    val = torch.utils.data.DataLoader(cfg.val, batch_size=8, num_workers=cfg.workers, pin_memory=True)
+    return train, val
+"""
+
+
+def test_a_builder_that_returns_another_files_builder_builds_its_loaders(tmp_path: Path):
+    """Swin: `data/__init__.py`'s `build_loader` only returns `.build`'s `build_loader(cfg)`: the loaders it
+    hands back are that helper's, re-iterated every epoch without persistent workers."""
+    package = {
+        "data/__init__.py": """
+            from .build import build_loader as _build_loader
+
+            def build_loader(cfg, simmim=False):
+                if not simmim:
+                    return _build_loader(cfg)
+                return None
+            """,
+        "data/build.py": BUILD,
+    }
+    assert (6, "HL011") in _project(tmp_path, package, TRAIN.format(extra=""))
+
+
+def test_a_builder_returning_a_same_file_helper_builds_its_loaders(tmp_path: Path):
+    """pycls: `construct_train_loader()` returns `_construct_loader(...)` of the same file."""
+    files = {
+        "data/__init__.py": """
+            import torch
+
+            def _construct(ds, workers):
+                return torch.utils.data.DataLoader(ds, batch_size=8, num_workers=workers, pin_memory=True)
+
+            def build_loader(cfg):
+                return _construct(cfg.ds, cfg.workers)
+            """
+    }
+    assert (6, "HL011") in _project(tmp_path, files, TRAIN.format(extra=""))
+    nothing = {"data/__init__.py": "def build_loader(cfg):\n    return list(cfg.ds)\n"}
+    assert all(code != "HL011" for _, code in _project(tmp_path, nothing, TRAIN.format(extra="")))
+
+
+def test_a_loader_only_handed_to_a_timing_helper_is_not_re_iterated(tmp_path: Path):
+    """pycls's `time_model_and_loader`: the loaders go to `benchmark.compute_time_full`, which reads a few
+    batches once. A trainer's `fit` given the same loader may run epochs."""
+    script = """
+        import torch
+        from data import build_loader
+        import benchmark
+
+        def time_it(cfg):
+            train_loader, val_loader = build_loader(cfg)
+            benchmark.{consumer}(model, train_loader, val_loader)
+        """
+    files = {"data/__init__.py": BUILD, "benchmark.py": "def compute_time_full(m, a, b):\n    pass\n"}
+    assert all(c != "HL011" for _, c in _project(tmp_path, files, script.format(consumer="compute_time_full")))
+    assert (7, "HL011") in _project(tmp_path, files, script.format(consumer="fit"))
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    from hotloop.lint import lint_source
+
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+def test_a_loop_around_a_function_that_runs_its_own_epochs_repeats_runs():
+    """GraphMAE: `for seed in seeds: model = pretrain(...); torch.save(model.state_dict(), "checkpoint.pt")`.
+    `pretrain` loops its own epochs, so the save is once per run, not once per epoch. A loop around a
+    function that trains one epoch (`train(...)` over the loader) is the epoch loop: its save is per epoch, and
+    so is one around PPO's update epochs (`for update in range(n)`)."""
+    src = """
+    import torch
+
+    def {fn}(model, data, opt, max_epoch):
+        for {var} in range(max_epoch):
+            loss = model(data.cuda(non_blocking=True)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return model
+
+    def main(seeds):
+        for {outer} in seeds:
+            model = {fn}(model, data, opt, 100)
+            torch.save(model.state_dict(), "checkpoint.pt")
+    """
+    assert "HL021" not in {c for _, c in found(src.format(fn="pretrain", var="epoch", outer="seed"))}
+    assert (15, "HL021") in found(src.format(fn="pretrain", var="batch", outer="seed"))
+    assert (15, "HL021") in found(src.format(fn="pretrain", var="epoch", outer="update"))
+    assert (15, "HL021") in found(src.format(fn="train_epoch", var="epoch", outer="seed"))
+
+
+def test_an_optimizer_state_entry_set_to_numbers_is_a_python_counter():
+    """RAdam in tabular-dl's lib: `state['step'] = 0`, `state['step'] += 1`, so `beta2_t = beta2 ** state['step']`
+    is Python arithmetic, whatever its `_t` name suggests. PyTorch's own optimizers keep `state['step']` as a
+    tensor: then it stays one."""
+    src = """
+    import math
+    import torch
+
+    def train(model, loader, opt, state, group):
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            if len(state) == 0:
+                state["step"] = {init}
+                state["avg"] = torch.zeros_like(loss)
+            state["step"] += 1
+            beta1, beta2 = group["betas"]
+            beta2_t = beta2 ** state["step"]
+            step_size = math.sqrt(1 - beta2_t)
+            opt.step()
+    """
+    assert all(c != "HL001" for _, c in found(src.format(init="0")))
+    assert (15, "HL001") in found(src.format(init="torch.zeros((), device=x.device)"))
+
+
+def test_a_save_to_a_results_file_is_a_dump_not_a_checkpoint():
+    """DINO's `evaluate`: `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`."""
+    src = """
+    import os
+    import torch
+
+    def train(model, loader, opt, out):
+        for epoch in range(10):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).mean().backward()
+                opt.step()
+            savepath = os.path.join(out, "{name}")
+            torch.save(output_state_dict, savepath)
+    """
+    assert all(c != "HL021" for _, c in found(src.format(name="results-{}.pkl")))
+    assert (11, "HL021") in found(src.format(name="checkpoint.pth"))
+
+
+def test_a_loader_handed_to_a_same_file_function_that_loops_epochs_over_it_is_re_iterated(tmp_path: Path):
+    """WaveRNN: `train_set, test_set = get_datasets(...)` (a helper of another file), then
+    `voc_train_loop(model, train_set)`, whose `for e in range(epochs): for x in train_set` re-forks the workers;
+    also when the loader is built anew for each session of a schedule. The same name bound again further down
+    and handed to a one-pass function (`create_gta_features`) is not re-iterated."""
+    data = {
+        "data.py": """
+            from torch.utils.data import DataLoader
+
+            def get_datasets(path, bs):
+                train = DataLoader(path, batch_size=bs, num_workers=2, pin_memory=True)
+                return train, None
+            """
+    }
+    script = """
+        import torch
+        from data import get_datasets
+
+        def train_loop(model, train_set, epochs):
+            for e in range(epochs):
+                for x in train_set:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+
+        def features(model, train_set):
+            for x in train_set:
+                model(x.cuda(non_blocking=True))
+
+        def main(model, schedule):
+            for session in schedule:
+                train_set, _ = get_datasets("d", session.bs)
+                train_loop(model, train_set, session.epochs)
+            train_set, _ = get_datasets("d", 8)
+            features(model, train_set)
+        """
+    found = _project(tmp_path, data, script)
+    assert (17, "HL011") in found
+    assert (19, "HL011") not in found
+
+
+def test_a_loop_right_after_model_eval_evaluates_whatever_its_data_is_called():
+    """SR-GNN's `train_test`: after the training loop, `model.eval()` then `for i in slices: forward(model, i,
+    test_data)` with no `torch.no_grad()`. Under `with torch.no_grad():`, or with `model.train()` in between, it
+    is not an evaluation without no_grad."""
+    src = """
+    import torch
+
+    def forward(model, i, data):
+        return model(data[i])
+
+    def train_test(model, train_data, test_data, slices):
+        model.train()
+        for i in slices:
+            loss = forward(model, i, train_data).mean()
+            loss.backward()
+            model.optimizer.step()
+        model.{mode}()
+        for i in slices:
+            scores = forward(model, i, test_data)
+    """
+    assert (14, "HL018") in found(src.format(mode="eval"))
+    assert all(c != "HL018" for _, c in found(src.format(mode="train")))
+    guarded = src.format(mode="eval").replace(
+        "for i in slices:\n            scores", "for i in slices:\n          with torch.no_grad():\n            scores"
+    )
+    assert guarded != src.format(mode="eval")
+    assert all(c != "HL018" for _, c in found(guarded))
+
+
+def test_a_loader_wrapped_under_its_own_name_is_still_the_one_re_iterated():
+    """`loader = accelerator.prepare(loader)` (or `criterion, loader = get_criterion(cfg, loader)`) rebinds the
+    name to the same loader: its epochs still count. A new loader bound to the name is another binding."""
+    src = """
+    import torch
+
+    def main(ds, accelerator, model, opt):
+        loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=4, pin_memory=True)
+        loader = {rebind}
+        for epoch in range(10):
+            for x in loader:
+                model(x).mean().backward()
+                opt.step()
+    """
+    assert (5, "HL011") in found(src.format(rebind="accelerator.prepare(loader)"))
+    assert (5, "HL011") not in found(src.format(rebind="torch.utils.data.DataLoader(ds, batch_size=8)"))
+
+
+def test_pieces_of_a_chunked_model_output_are_tensors():
+    """iBOT: `probs = teacher_output[0].chunk(2)`, `pred = probs[0].max(dim=1)[1]`,
+    `acc = (pred1 == pred2).sum() / n`, then `print(float(acc))` every step."""
+    src = """
+    import torch
+
+    def train(teacher, student, loader, opt):
+        for images in loader:
+            images = images.cuda(non_blocking=True)
+            teacher_output = teacher(images)
+            probs1 = teacher_output[0].{method}(2)
+            pred1 = probs1[0].max(dim=1)[1]
+            acc = (pred1 == 1).sum() / 8
+            loss = student(images).mean()
+            loss.backward()
+            opt.step()
+            print(float(acc))
+    """
+    assert (14, "HL001") in found(src.format(method="chunk"))
+    assert (14, "HL001") in found(src.format(method="unbind"))
+
+
+def test_a_loop_over_a_train_loader_kept_in_a_dict_fetches_training_batches():
+    """Graph-WaveNet: `for x, y in dataloader['train_loader'].get_iterator(): engine.train(torch.Tensor(x).
+    to(device), ...)`, with the step inside `engine` (another file): the copies run every step."""
+    src = """
+    import torch
+
+    def main(dataloader, engine, device):
+        for epoch in range(10):
+            for x, y in dataloader['{key}'].get_iterator():
+                trainx = torch.Tensor(x).to(device)
+                metrics = engine.train(trainx)
+    """
+    assert (7, "HL012") in found(src.format(key="train_loader"))
+    assert all(c != "HL012" for _, c in found(src.format(key="val_loader")))
+
+
+def test_a_loader_a_helper_keeps_to_itself_lives_one_call(tmp_path: Path):
+    """cirtorch's `extract_vectors(net, images)` builds a DataLoader, iterates it once and returns the vectors:
+    calling it every epoch makes a fresh loader each time, nothing to keep alive. A helper that returns the
+    loader it builds hands it to the caller's epochs."""
+    helper = """
+        import torch
+
+        def {name}(net, images):
+            loader = torch.utils.data.DataLoader(images, batch_size=8, num_workers=4, pin_memory=True)
+            vecs = [net(x) for x in loader]
+            return {ret}
+        """
+    script = """
+        import torch
+        from helpers import {name}
+
+        def main(net, images, opt):
+            for epoch in range(10):
+                vecs = {name}(net, images)
+                for v in vecs:
+                    print(v)
+        """
+    kept = {"helpers.py": helper.format(name="extract_vectors", ret="torch.stack(vecs)")}
+    assert all(c != "HL011" for _, c in _project(tmp_path, kept, script.format(name="extract_vectors")))
+    given = {"helpers.py": helper.format(name="make_loader", ret="loader")}
+    script_given = """
+        import torch
+        from helpers import make_loader
+
+        def main(net, images, opt):
+            loader = make_loader(net, images)
+            for epoch in range(10):
+                for v in loader:
+                    print(v)
+        """
+    assert any(c == "HL011" for _, c in _project(tmp_path, given, script_given))
+
+
+def test_appending_indices_or_gathered_predictions_keeps_no_graph():
+    """iBOT's `pred_labels.append(pred1)` with `pred1 = concat_all_gather(out.max(dim=1)[1])`: indices carry no
+    gradient. Appending the logits themselves does keep the graph."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        preds = []
+        for x in loader:
+            out = model(x.cuda(non_blocking=True))
+            pred = {value}
+            preds.append(pred)
+            out.mean().backward()
+            opt.step()
+    """
+    assert all(c != "HL019" for _, c in found(src.format(value="out.max(dim=1)[1]")))
+    assert all(c != "HL019" for _, c in found(src.format(value="out.argmax(dim=1)")))
+    assert (9, "HL019") in found(src.format(value="out * 2"))
