@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
+from hotloop.lint.classes import project_on_device
 from hotloop.lint.drivers import DriverModel, repeats_runs, runs_epochs, yields
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
@@ -162,6 +164,10 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             self.uses_cuda
             or moves
             and bool(re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
+            or bool(self.hot_loops or self.hot_functions)
+            and bool(path)
+            and not path.startswith("<")
+            and project_on_device(Path(path))  # a trainer module whose batches come from another file
         )
 
     # -- names ----------------------------------------------------------------------------------

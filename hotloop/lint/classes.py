@@ -54,6 +54,21 @@ def project_root(file: Path, imported: list[Path]) -> Path | None:
     return common
 
 
+_ON_DEVICE: dict[Path, bool] = {}
+CUDA = re.compile(r"\.cuda\(|[\"']cuda(:\d+)?[\"']|cuda\.is_available\(")
+
+
+def project_on_device(file: Path) -> bool:
+    """Some file of the project (the marked root above `file`, at most four levels up) moves tensors to a GPU: a
+    trainer module that never says `cuda` itself (decision-transformer's `SequenceTrainer`, handed its batches
+    by `experiment.py`) still runs its steps on the device."""
+    root = next((d for d in [file.parent, *list(file.parent.parents)[:LEVELS_UP]]
+                 if any((d / m).exists() for m in ROOT_MARKERS)), file.parent)  # fmt: skip
+    if root not in _ON_DEVICE:
+        _ON_DEVICE[root] = any(CUDA.search(text) for _, text in _files(root))
+    return _ON_DEVICE[root]
+
+
 def _files(root: Path) -> list[tuple[Path, str]]:
     if root not in _FILES:
         out: list[tuple[Path, str]] = []

@@ -22,6 +22,11 @@ WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` i
 
 EPOCHS = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|i_epoch|cur_epoch|current_epoch)$", re.I)  # an epoch loop's name
 RUNS = re.compile(r"^(seed|seeds|run|runs|fold|folds|trial|trials|repeat|rep|i_run|run_id|fold_idx)$", re.I)
+# the keyword a trainer takes a per-step function by (decision-transformer's `get_batch=get_batch`)
+PER_STEP_ARG = re.compile(
+    r"^(get_batch|get_batch_fn|batch_fn|sample_batch|next_batch|loss_fn|loss_func|compute_loss|"
+    r"step_fn|train_step|train_step_fn|forward_fn|closure)$"
+)
 TRAIN_DATA = re.compile(r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?$", re.I)
 
 
@@ -120,9 +125,13 @@ class DriverModel:
                 self._mark(n, hot=True)
 
     def _callbacks(self) -> None:
-        """`trainer.set_callback("on_batch_end", fn)`: a same-file function a trainer in another file calls
-        every batch (or step) is hot, and training code."""
+        """`trainer.set_callback("on_batch_end", fn)`, or `SequenceTrainer(..., get_batch=get_batch,
+        loss_fn=...)`: a same-file function a trainer in another file calls every batch (or step) is hot, and
+        training code."""
         for n in self.nodes:
+            if isinstance(n, ast.keyword) and n.arg and PER_STEP_ARG.match(n.arg) and isinstance(n.value, ast.Name):
+                self.hot_functions.update(self.functions.get(n.value.id, []))
+                self.train_functions.update(self.functions.get(n.value.id, []))
             if isinstance(n, ast.Call) and re.search(r"callback|register|add_hook|on$", method_name(n) or ""):
                 events = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 if any(re.search(r"batch|step|iter", ev) for ev in events):

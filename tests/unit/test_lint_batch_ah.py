@@ -351,3 +351,55 @@ def test_appending_indices_or_gathered_predictions_keeps_no_graph():
     assert all(c != "HL019" for _, c in found(src.format(value="out.max(dim=1)[1]")))
     assert all(c != "HL019" for _, c in found(src.format(value="out.argmax(dim=1)")))
     assert (9, "HL019") in found(src.format(value="out * 2"))
+
+
+def test_a_function_handed_to_a_trainer_as_its_batch_source_runs_every_step():
+    """decision-transformer: `def get_batch(...)` builds numpy arrays and copies them with blocking
+    `.to(device=device)`; `SequenceTrainer(model, optimizer, get_batch=get_batch)` calls it every step. The
+    same function handed over as `eval_fns=[...]` is not a per-step source."""
+    src = """
+    import numpy as np
+    import torch
+    from trainer import SequenceTrainer
+
+    def main(device, model, optimizer):
+        def get_batch(batch_size=256):
+            s = np.zeros((batch_size, 4))
+            return torch.from_numpy(s).to(dtype=torch.float32, device=device)
+
+        trainer = SequenceTrainer(model, optimizer, {keyword}=get_batch)
+        trainer.train_iteration(num_steps=100)
+    """
+    assert (9, "HL012") in found(src.format(keyword="get_batch"))
+    assert all(c != "HL012" for _, c in found(src.format(keyword="eval_fns")))
+
+
+def test_a_trainer_module_of_a_project_that_uses_cuda_runs_on_the_device(tmp_path: Path):
+    """decision-transformer's `SequenceTrainer.train_step` never says `cuda` or `device`: its batches come
+    moved from `experiment.py`. In a project where some file moves tensors to the GPU, its
+    `loss.detach().cpu().item()` every step is a device read; in a CPU-only project it is not."""
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "training").mkdir()
+    trainer = tmp_path / "training" / "seq_trainer.py"
+    trainer.write_text(
+        textwrap.dedent("""
+        class SequenceTrainer:
+            def train_step(self):
+                states, actions = self.get_batch(self.batch_size)
+                preds = self.model.forward(states)
+                loss = self.loss_fn(preds, actions)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                return loss.detach().cpu().item()
+        """)
+    )
+    experiment = tmp_path / "experiment.py"
+    experiment.write_text("import torch\n\ndef get_batch(n):\n    return torch.zeros(n).to(device='cpu')\n")
+    assert all(f.code != "HL007" for f in lint_paths([trainer]))
+    experiment.write_text("import torch\n\ndef get_batch(n):\n    return torch.zeros(n).cuda()\n")
+    from hotloop.lint import classes
+
+    classes._ON_DEVICE.clear()
+    classes._FILES.clear()
+    assert (10, "HL007") in [(f.line, f.code) for f in lint_paths([trainer])]
