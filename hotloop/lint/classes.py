@@ -62,11 +62,23 @@ def project_on_device(file: Path) -> bool:
     """Some file of the project (the marked root above `file`, at most four levels up) moves tensors to a GPU: a
     trainer module that never says `cuda` itself (decision-transformer's `SequenceTrainer`, handed its batches
     by `experiment.py`) still runs its steps on the device."""
-    root = next((d for d in [file.parent, *list(file.parent.parents)[:LEVELS_UP]]
-                 if any((d / m).exists() for m in ROOT_MARKERS)), file.parent)  # fmt: skip
+    root = _root(file)
     if root not in _ON_DEVICE:
         _ON_DEVICE[root] = any(CUDA.search(text) for _, text in _files(root))
     return _ON_DEVICE[root]
+
+
+def _root(file: Path) -> Path:
+    return next((d for d in [file.parent, *list(file.parent.parents)[:LEVELS_UP]]
+                 if any((d / m).exists() for m in ROOT_MARKERS)), file.parent)  # fmt: skip
+
+
+def project_flag_zero(file: Path, flag: str) -> bool:
+    """Some options module of the project declares `--<flag>` with `default=0` (SPADE's `--nThreads` in
+    `options/base_options.py`) and none declares it otherwise."""
+    pattern = re.compile(r"add_argument\(\s*['\"]--" + re.escape(flag) + r"['\"][^)]*?default\s*=\s*(\w+)")
+    defaults = {m.group(1) for _, text in _files(_root(file)) for m in pattern.finditer(text)}
+    return defaults == {"0"}
 
 
 def _files(root: Path) -> list[tuple[Path, str]]:

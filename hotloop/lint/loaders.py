@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
+from hotloop.lint.classes import project_flag_zero
 from hotloop.lint.imports import Project, find_def, load_module
 from hotloop.lint.syntax import param_defaults
 
@@ -242,9 +243,13 @@ class LoaderChecks:
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInfo) -> bool:
     """`DataLoader(..., num_workers=num_workers)` in `def make(..., num_workers=0)`: the caller's argument (or
     the parameter's default) decides; `num_workers=args.num_workers` with the caller's `--num-workers`
-    defaulting to 0 (DLRM): no workers either."""
+    defaulting to 0 (DLRM), or SPADE's `int(opt.nThreads)` with `--nThreads` defaulting to 0 in the project's
+    options module: no workers either."""
     value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
-    if isinstance(value, ast.Attribute) and caller.cli_default(value) == 0:
+    if isinstance(value, ast.Call) and call_name(value) == "int" and len(value.args) == 1:
+        value = value.args[0]
+    if isinstance(value, ast.Attribute) and (caller.cli_default(value) == 0 or project_flag_zero(
+            Path(caller.path), value.attr) if caller.path else False):  # fmt: skip
         return True
     if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False

@@ -403,3 +403,60 @@ def test_a_trainer_module_of_a_project_that_uses_cuda_runs_on_the_device(tmp_pat
     classes._ON_DEVICE.clear()
     classes._FILES.clear()
     assert (10, "HL007") in [(f.line, f.code) for f in lint_paths([trainer])]
+
+
+def test_a_script_that_imports_no_torch_still_trains_through_its_trainer(tmp_path: Path):
+    """SPADE's train.py imports only project modules: `trainer.run_discriminator_one_step(data)` (another file)
+    takes the step, and `trainer.save('latest')` in that loop overwrites the checkpoint. Its loader's
+    `num_workers=int(opt.nThreads)` has `--nThreads` defaulting to 0 in the options module: no workers."""
+    files = {
+        "trainers.py": """
+            import torch
+
+            class Trainer:
+                def run_discriminator_one_step(self, data):
+                    self.optimizer.zero_grad()
+                    self.model(data).mean().backward()
+                    self.optimizer.step()
+
+                def save(self, name):
+                    torch.save(self.model.state_dict(), name + "_net.pth")
+            """,
+        "options.py": """
+            import argparse
+
+            def parse():
+                parser = argparse.ArgumentParser()
+                parser.add_argument('--nThreads', default={n}, type=int)
+                return parser.parse_args()
+            """,
+        "data.py": """
+            import torch
+
+            def create_dataloader(opt, ds):
+                return torch.utils.data.DataLoader(ds, batch_size=4, num_workers=int(opt.nThreads), pin_memory=True)
+            """,
+    }
+    script = """
+        from trainers import Trainer
+        import data
+        import options
+
+        opt = options.parse()
+        loader = data.create_dataloader(opt, None)
+        trainer = Trainer()
+        for epoch in range(10):
+            for i, data_i in enumerate(loader):
+                trainer.run_discriminator_one_step(data_i)
+                if i % 100 == 0:
+                    trainer.save('latest')
+        """
+    zero = dict(files, **{"options.py": files["options.py"].format(n=0)})
+    found0 = _project(tmp_path, zero, script)
+    assert (13, "HL021") in found0
+    assert all(c != "HL011" for _, c in found0)
+    from hotloop.lint import classes
+
+    classes._FILES.clear()
+    four = dict(files, **{"options.py": files["options.py"].format(n=4)})
+    assert (7, "HL011") in _project(tmp_path, four, script)
