@@ -324,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("hotloop: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hotloop lint . | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (no second error at interpreter exit)
+        return 0
     except Exception as e:
         dist_mod = sys.modules.get("hotloop.distributed")
         if dist_mod is not None and dist_mod.is_secondary_failure(e):

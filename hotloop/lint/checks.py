@@ -26,7 +26,7 @@ from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.imports import remote_steps
 from hotloop.lint.indexing import IndexChecks
-from hotloop.lint.loaders import LoaderChecks
+from hotloop.lint.loaders import LoaderChecks, loader_class
 from hotloop.lint.provenance import HostProvenance, moves_to_device
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
@@ -258,7 +258,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 self.add("HL004", c, f"Python `{name}` over tensors compares/adds on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
-        if base in ("DataLoader", "WebLoader", "StatefulDataLoader"):
+        if base in ("DataLoader", "WebLoader", "StatefulDataLoader") or base[:1].isupper() and loader_class(mi, c):
             self.dataloader(c)
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")

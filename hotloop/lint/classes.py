@@ -81,6 +81,32 @@ def project_flag_zero(file: Path, flag: str) -> bool:
     return defaults == {"0"}
 
 
+_NAMED: dict[Path, dict[str, list[Path]]] = {}
+
+
+def unique_module(file: Path, module: str) -> Path | None:
+    """The one `<module>.py` in the project (or `<module>/__init__.py`), for a bare import that works only with the
+    project's folders on `sys.path` (Speech-Transformer's `from loss import ...` of `src/transformer/loss.py`,
+    set by its run script). Two files of that name: no guess. Only within a marked project root."""
+    root = _root(file)
+    if root == file.parent and not any((root / m).exists() for m in ROOT_MARKERS):
+        return None
+    if root not in _NAMED:
+        named: dict[str, list[Path]] = {}
+        for d, dirs, names in os.walk(root):
+            dirs[:] = sorted(x for x in dirs if not x.startswith(".") and x not in SKIP_DIRS)
+            for n in names:
+                if n.endswith(".py"):
+                    stem = Path(d).name if n == "__init__.py" else n[:-3]
+                    named.setdefault(stem, []).append(Path(d) / n)
+        _NAMED[root] = named
+    found = _NAMED[root].get(module, [])
+    if len(found) > 1:  # `src/data/__init__.py` (empty) beside `src/data/data.py`: the module is the one with code
+        found = [f for f in found if f.name != "__init__.py" or re.search(r"^(def|class|from|import) ", f.read_text(
+            encoding="utf-8-sig", errors="replace"), re.M)]  # fmt: skip
+    return found[0] if len(found) == 1 else None
+
+
 def _files(root: Path) -> list[tuple[Path, str]]:
     if root not in _FILES:
         out: list[tuple[Path, str]] = []

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
-from hotloop.lint.classes import guess, project_root
+from hotloop.lint.classes import guess, project_root, unique_module
 from hotloop.lint.syntax import method_of
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
@@ -45,6 +45,9 @@ def find_def(tree: ast.Module, name: str, methods: tuple[str, ...] = ("__call__"
         if isinstance(node, ast.ClassDef) and node.name == name:
             return method_of(node, methods, classes)
     return None
+
+
+_STARRING: set[Path] = set()  # star-imported modules being read (cycles end there)
 
 
 class Project:
@@ -90,6 +93,8 @@ class Project:
             ):
                 if f.is_file():
                     return f
+        if not level and module and "." not in module:  # `from loss import f` run with src/* on PYTHONPATH
+            return unique_module(self.file, module)
         return None
 
     def _read_imports(self) -> None:
@@ -103,6 +108,10 @@ class Project:
                     if sub is not None:  # `from utils import loss`: a module
                         self.modules[local] = sub
                     elif (f := self._resolve(n.module or "", n.level)) is not None:
+                        text = f.read_text(encoding="utf-8-sig", errors="replace") if f.name == "__init__.py" else ""
+                        if f.name == "__init__.py" and a.name not in text:
+                            # an empty package beside its same-named module (`src/data/data.py` on sys.path)
+                            f = (n.module and not n.level and unique_module(self.file, n.module)) or f  # type: ignore[arg-type]
                         self.names[local] = (f, a.name)
             elif isinstance(n, ast.Import):
                 for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
@@ -110,12 +119,23 @@ class Project:
                         self.modules[a.asname or a.name] = f
 
     def _star(self, n: ast.ImportFrom) -> None:
-        """`from utils import *` (older research code): every top-level function and class of the module."""
+        """`from utils import *` (older research code): every top-level function and class of the module, and
+        what it brings in itself by name or by its own star imports (DeepRL's `from ..network import *`, whose
+        package re-exports `from .torch_utils import *` two hops on)."""
         f = self._resolve(n.module or "", n.level)
         mi = load_module(f, f.stat().st_mtime) if f is not None else None
-        for d in mi.tree.body if mi is not None else []:
+        if mi is None or f in _STARRING:
+            return
+        for d in mi.tree.body:
             if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not d.name.startswith("_"):
                 self.names.setdefault(d.name, (f, d.name))  # type: ignore[arg-type]
+        _STARRING.add(f)  # type: ignore[arg-type]
+        try:  # (a package importing its modules' names again, in a cycle, is followed once)
+            for name, target in Project.of(mi).names.items():
+                if not name.startswith("_"):
+                    self.names.setdefault(name, target)
+        finally:
+            _STARRING.discard(f)  # type: ignore[arg-type]
 
     def callee(self, c: ast.Call) -> tuple[Path, str] | None:
         """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an

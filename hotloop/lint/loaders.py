@@ -37,7 +37,8 @@ class LoaderChecks:
         (one more copy on the critical path), and there are no workers to keep alive."""
         missing = self.loader_missing(c, self.mi.uses_cuda, lambda: self._reiterated(c))
         if missing and not self._never_read(c):
-            self.add("HL011", c, f"`DataLoader` with workers but without {' and '.join(missing)}")
+            kind = call_name(c).rpartition(".")[2] or "DataLoader"  # (or the project's subclass of it)
+            self.add("HL011", c, f"`{kind}` with workers but without {' and '.join(missing)}")
 
     def _never_read(self, c: ast.Call) -> bool:
         """`dataloader_val = DataLoader(...)` in a function that nothing reads (RetinaNet builds one and never
@@ -333,6 +334,21 @@ def _returned(mi: ModuleInfo, fn: ast.AST, caller: object, call: ast.Call, hops:
             if target is not None and "." not in target[1]:
                 out += loaders_built(*target, caller, call, hops)
     return out
+
+
+def loader_class(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`AudioDataLoader(...)` constructs a project class derived from `DataLoader` (Speech-Transformer,
+    Conv-TasNet, pretrain-gnns): its keywords are DataLoader's."""
+    name = call_name(c)
+    local = find_def(mi.tree, name, ()) if "." not in name else None
+    if isinstance(local, ast.ClassDef):
+        cls = local
+    else:
+        target = Project.of(mi)._class_of(c)
+        other = load_module(target[0], target[0].stat().st_mtime) if target is not None else None
+        cls = next((n for n in other.tree.body if isinstance(n, ast.ClassDef) and n.name == target[1]), None) \
+            if other is not None else None  # type: ignore[index]  # fmt: skip
+    return cls is not None and any(dotted(b).rpartition(".")[2] == "DataLoader" for b in cls.bases)
 
 
 def _as_dict(e: ast.expr) -> ast.expr:

@@ -460,3 +460,78 @@ def test_a_script_that_imports_no_torch_still_trains_through_its_trainer(tmp_pat
     classes._FILES.clear()
     four = dict(files, **{"options.py": files["options.py"].format(n=4)})
     assert (7, "HL011") in _project(tmp_path, four, script)
+
+
+def test_names_a_star_imported_package_re_exports_are_followed(tmp_path: Path):
+    """DeepRL: `from ..utils import *` brings `tensor` from `utils/__init__.py`'s own `from .torch_utils
+    import *`; `tensor(x)` is `torch.from_numpy(...).to(DEVICE)`, a blocking copy every step."""
+    files = {
+        "utils/__init__.py": "from .torch_utils import *\n",
+        "utils/torch_utils.py": """
+            import numpy as np
+            import torch
+
+            DEVICE = torch.device('cuda')
+
+            def tensor(x):
+                return torch.from_numpy(np.asarray(x, dtype=np.float32)).to(DEVICE)
+            """,
+    }
+    script = """
+        import torch
+        from utils import *
+
+        def train(model, batches, opt):
+            for states, targets in batches:
+                loss = (model(tensor(states).cuda(non_blocking=True)) - tensor(targets)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """
+    assert (7, "HL012") in _project(tmp_path, files, script)
+
+
+def test_lint_output_piped_into_a_reader_that_stops_early_is_no_traceback(tmp_path: Path):
+    """`hotloop lint . | head -1`: when the reader goes away, lint stops quietly instead of printing a
+    BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    lines = ["import torch", "def train(model, loader, opt):", "    for x in loader:"]
+    lines += [f"        l{i} = model(x.cuda()).mean()" for i in range(200)]
+    lines += ["        l0.backward()", "        opt.step()"]
+    script.write_text("\n".join(lines) + "\n")
+    p = subprocess.Popen([sys.executable, "-m", "hotloop", "lint", str(script)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)  # fmt: skip
+    p.stdout.close()  # type: ignore[union-attr]
+    err = p.stderr.read().decode()  # type: ignore[union-attr]
+    p.wait(timeout=60)
+    assert "Traceback" not in err
+    assert p.returncode in (0, 1)
+
+
+def test_a_project_dataloader_subclass_imported_by_a_path_set_name_is_a_dataloader(tmp_path: Path):
+    """Speech-Transformer: `src/bin/train.py` does `from data import AudioDataLoader` (its run script puts
+    `src/data` on sys.path: `src/data/__init__.py` is empty, the class is in `src/data/data.py`) and
+    `AudioDataLoader(data.DataLoader)` takes DataLoader's keywords: 4 workers in CUDA code want pinned memory."""
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    (tmp_path / "src" / "bin").mkdir()
+    (tmp_path / "src" / "data" / "__init__.py").write_text("")
+    (tmp_path / "src" / "data" / "data.py").write_text(
+        "import torch.utils.data as data\n\nclass AudioDataLoader(data.DataLoader):\n    pass\n"
+    )
+    script = tmp_path / "src" / "bin" / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from data import AudioDataLoader
+
+        def main(ds, model):
+            loader = AudioDataLoader(ds, batch_size=1, num_workers=4)
+            for x in loader:
+                model(x.cuda())
+        """)
+    )
+    assert (6, "HL011") in [(f.line, f.code) for f in lint_paths([script])]
