@@ -145,6 +145,8 @@ class LoaderChecks:
         if self._endless(c):
             return False  # one pass over an iteration-based sampler: the workers are forked once
         assign = self.mi.parent.get(c)
+        if isinstance(assign, ast.Call) and call_name(assign) == "iter" and assign.args[:1] == [c]:
+            return False  # `loader = iter(DataLoader(...))` (MiniGPT-4's endless webdataset): one pass, by hand
         targets = [e for t in assign.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])
                    ] if isinstance(assign, ast.Assign) else []  # fmt: skip
         names = {dotted(t) for t in targets if dotted(t)}

@@ -66,6 +66,11 @@ def grad_off_at(mi: ModuleInfo, node: ast.AST) -> bool:
             GRAD_OFF.search(ast.unparse(d)) for d in n.decorator_list
         ):
             return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(  # `torch.set_grad_enabled(False)` above
+            isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.lineno < node.lineno  # type: ignore[attr-defined]
+            and call_name(s.value).endswith("set_grad_enabled") and s.value.args and is_false_node(s.value.args[0])
+            for s in n.body):  # fmt: skip
+            return True
         n = mi.parent.get(n)
     return False
 

@@ -535,3 +535,38 @@ def test_a_project_dataloader_subclass_imported_by_a_path_set_name_is_a_dataload
         """)
     )
     assert (6, "HL011") in [(f.line, f.code) for f in lint_paths([script])]
+
+
+def test_an_evaluation_after_set_grad_enabled_false_keeps_no_graph():
+    """deeplab-pytorch's `test` command calls `torch.set_grad_enabled(False)` at its top, then loops."""
+    src = """
+    import torch
+
+    def test(model, loader):
+        model.eval()
+        torch.set_grad_enabled({flag})
+        for images, labels in loader:
+            logits = model(images.cuda(non_blocking=True))
+    """
+    assert all(c != "HL018" for _, c in found(src.format(flag="False")))
+    assert (4, "HL018") in found(src.format(flag="True"))
+
+
+def test_a_loader_wrapped_in_iter_at_birth_is_read_in_one_pass():
+    """MiniGPT-4: `loader = iter(DataLoader(webdataset, num_workers=n, pin_memory=True))` is advanced with
+    `next()` for the whole run: its workers are forked once."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def train(ds, model, opt, n):
+        loader = {built}
+        for epoch in range(10):
+            for i in range(1000):
+                x = next(loader)
+                model(x.cuda(non_blocking=True)).mean().backward()
+                opt.step()
+    """
+    made = "DataLoader(ds, batch_size=8, num_workers=n, pin_memory=True)"
+    assert all(c != "HL011" for _, c in found(src.format(built=f"iter({made})")))
+    assert (6, "HL011") in found(src.format(built=made).replace("x = next(loader)", "x = next(iter(loader))"))
