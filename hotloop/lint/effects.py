@@ -253,7 +253,11 @@ def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str
     key = (str(file), file.stat().st_mtime, name, "saves")
     if key not in _EFFECTS:
         with _called(file, name, every_step=False) as (mi, hits):
-            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False, _path_from_params(mi, h.node))
+            # a save in a same-file helper of `name` (lora's `save_all` -> `save_lora_weight(unet, save_path)`) names
+            # that helper's parameters, not the call's: then any argument of the call may name the file
+            own = find_def(mi.tree, name, ("__init__",)) if mi is not None else None
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False, _path_from_params(mi, h.node)
+                              if mi.enclosing_function(h.node) is own else ANY_ARG)
                              for h in hits if h.code == "HL021"]  # fmt: skip
     return [(line, message, params) for _, line, message, _, _, params in _EFFECTS[key]]
 

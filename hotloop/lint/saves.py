@@ -185,6 +185,12 @@ class SaveChecks:
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
                     if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse)):
                         return False  # `"best.pt" if is_best else f"iter_{step}.pt"`: one branch is a fixed name
+                    if any(
+                        isinstance(x, ast.IfExp)
+                        and any(isinstance(b, ast.Constant) and isinstance(b.value, str) for b in (x.body, x.orelse))
+                        for x in ast.walk(v)
+                    ):
+                        return False  # `"checkpoint_{}.pth".format("best" if is_best else epoch)` (MiniGPT-4)
                     text += " " + ast.unparse(v)
                     if isinstance(v, ast.Call):  # `filename = self.ckpt_file_name()`: what the same-file helper returns
                         text += " ".join(ast.unparse(r.value) for f in self.mi.targets_of(v) for r in walk_local(f)

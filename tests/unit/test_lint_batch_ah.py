@@ -570,3 +570,57 @@ def test_a_loader_wrapped_in_iter_at_birth_is_read_in_one_pass():
     made = "DataLoader(ds, batch_size=8, num_workers=n, pin_memory=True)"
     assert all(c != "HL011" for _, c in found(src.format(built=f"iter({made})")))
     assert (6, "HL011") in found(src.format(built=made).replace("x = next(loader)", "x = next(iter(loader))"))
+
+
+def test_a_save_name_formatted_from_best_or_the_epoch_overwrites_the_best_file():
+    """MiniGPT-4's `_save_checkpoint`: `"checkpoint_{}.pth".format("best" if is_best else cur_epoch)` writes a
+    new file per epoch, but `checkpoint_best.pth` in place whenever validation improves."""
+    src = """
+    import os
+    import torch
+
+    def train(model, loader, opt, out):
+        for epoch in range(10):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).mean().backward()
+                opt.step()
+            save_to = os.path.join(out, "checkpoint_{{}}.pth".format({arg}))
+            torch.save(model.state_dict(), save_to)
+    """
+    assert (11, "HL021") in found(src.format(arg='"best" if is_best else epoch'))
+    assert all(c != "HL021" for _, c in found(src.format(arg="epoch")))
+
+
+def test_a_save_helper_calling_a_nested_saver_with_its_path_takes_the_path_from_any_argument(tmp_path: Path):
+    """lora: `save_all(unet, text_encoder, save_path=join(out, f"step_{global_step}.safetensors"))`, where
+    `save_all` hands `save_path` to `save_lora_weight(model, path)`: a new file per step whether the first
+    arguments are passed by position or by name. A fixed `save_path` is saved in place."""
+    files = {
+        "lora.py": """
+            import torch
+
+            def save_lora_weight(model, path="./lora.pt"):
+                torch.save(model.state_dict(), path)
+
+            def save_all(unet, text_encoder, save_path, save_lora=True):
+                if save_lora:
+                    save_lora_weight(unet, save_path)
+            """
+    }
+    script = """
+        import os
+        import torch
+        from lora import save_all
+
+        def train(unet, text_encoder, loader, opt, out):
+            global_step = 0
+            for epoch in range(3):
+                for x in loader:
+                    unet(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                    global_step += 1
+                    if global_step % 500 == 0:
+                        save_all(unet, text_encoder, save_path=os.path.join(out, {name}))
+        """
+    assert all(c != "HL021" for _, c in _project(tmp_path, files, script.format(name='f"step_{global_step}.pt"')))
+    assert (14, "HL021") in _project(tmp_path, files, script.format(name='"last.pt"'))
