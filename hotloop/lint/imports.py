@@ -83,7 +83,7 @@ class Project:
         else:
             roots = [self.file.parent, *list(self.file.parent.parents)[:LEVELS_UP]]
             if PATH_SET.search(self.mi.source):  # `import _init_paths` (CenterNet): `lib/` is put on sys.path
-                roots += [self.file.parent / d for d in ("lib", "src")]
+                roots += [p / d for p in (self.file.parent, self.file.parent.parent) for d in ("lib", "src")]  # HRNet
         rel = Path(*module.split(".")) if module else Path()
         for root in roots:
             for f in (

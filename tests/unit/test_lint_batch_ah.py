@@ -624,3 +624,40 @@ def test_a_save_helper_calling_a_nested_saver_with_its_path_takes_the_path_from_
         """
     assert all(c != "HL021" for _, c in _project(tmp_path, files, script.format(name='f"step_{global_step}.pt"')))
     assert (14, "HL021") in _project(tmp_path, files, script.format(name='"last.pt"'))
+
+
+def test_a_tools_script_importing_from_lib_through_init_paths_finds_its_epoch_function(tmp_path: Path):
+    """HRNet: `tools/train.py` does `import _init_paths` (which puts `../lib` on sys.path) and
+    `from core.function import train`; `train(...)` runs an epoch, so the loop around it is the epoch loop and
+    its `torch.save(..., 'checkpoint.pth.tar')` overwrites in place."""
+    files = {
+        "tools/_init_paths.py": "import sys\nsys.path.insert(0, '../lib')\n",
+        "lib/core/__init__.py": "",
+        "lib/core/function.py": """
+            def train(model, loader, optimizer):
+                for x in loader:
+                    loss = model(x.cuda(non_blocking=True)).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    }
+    (tmp_path / "README.md").write_text("x\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    script = tmp_path / "tools" / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import os
+        import torch
+        import _init_paths
+        from core.function import train
+
+        def main(model, loader, optimizer, out):
+            for epoch in range(100):
+                train(model, loader, optimizer)
+                torch.save(model.state_dict(), os.path.join(out, 'checkpoint.pth.tar'))
+        """)
+    )
+    assert (10, "HL021") in [(f.line, f.code) for f in lint_paths([script])]
