@@ -224,15 +224,19 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         if target is None and epochs and _trains_an_epoch(c):
             out.append(c)  # `trainer.train(epoch, train_loader)` of a trainer picked from a table: not resolved
             continue
-        if target is None or not_a_step(target[1]) or not _may_step(target[0]):
+        if target is None or not_a_step(target[1]):
             continue
+        if not _may_step(target[0]) and not (epochs and re.search(r"train|fit|epoch", target[1], re.I)):
+            continue  # (an epoch function's step may be a third file's: LightGCN's `Procedure.BPR_train_original`)
         file, name = defining(*target)
         helper = load_module(file, file.stat().st_mtime)
         if helper is None:
             continue
         if epochs:
             fn = find_def(helper.tree, name)
-            if fn is not None and any(helper.enclosing_function(loop) is fn for loop in helper.hot_loops):
+            # (its loop's step may itself be another file's: LightGCN's `BPR_train_original` calling `bpr.stageOne`)
+            loops = helper.hot_loops | {helper.enclosing_loop(s) for s in _steps_of(helper)}
+            if fn is not None and any(helper.enclosing_function(loop) is fn for loop in loops if loop is not None):
                 out.append(c)
         elif name.rpartition(".")[2] in helper.step_functions:
             out.append(c)
@@ -241,6 +245,14 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         ) and fn.name in helper.step_functions:  # fmt: skip
             out.append(c)  # an instance's `forward` that takes the optimizer step (MAML's `Meta`)
     return out
+
+
+def _steps_of(helper: ModuleInfo) -> list[ast.Call]:
+    """The helper module's calls that take another file's training step, found once."""
+    if not hasattr(helper, "remote_step_calls"):
+        helper.remote_step_calls = []  # type: ignore[attr-defined]  # (a cycle of imports stops here)
+        helper.remote_step_calls = remote_steps(helper)  # type: ignore[attr-defined]
+    return helper.remote_step_calls  # type: ignore[attr-defined]
 
 
 def _made_step(mi: ModuleInfo, name: ast.Name) -> bool:

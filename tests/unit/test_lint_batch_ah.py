@@ -661,3 +661,44 @@ def test_a_tools_script_importing_from_lib_through_init_paths_finds_its_epoch_fu
         """)
     )
     assert (10, "HL021") in [(f.line, f.code) for f in lint_paths([script])]
+
+
+def test_an_epoch_function_whose_step_is_a_third_files_makes_its_callers_loop_an_epoch_loop(tmp_path: Path):
+    """LightGCN: main.py's `for epoch ...: Procedure.BPR_train_original(...); torch.save(..., weight_file)`,
+    where `BPR_train_original` loops batches calling `bpr.stageOne(...)` of utils.py, which steps."""
+    files = {
+        "utils.py": """
+            import torch
+
+            class BPRLoss:
+                def __init__(self, model):
+                    self.model = model
+                    self.opt = torch.optim.Adam(model.parameters())
+
+                def stageOne(self, users):
+                    loss = self.model(users).mean()
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+                    return loss
+            """,
+        "Procedure.py": """
+            import utils
+
+            def BPR_train_original(model, batches, bpr):
+                for users in batches:
+                    bpr.stageOne(users.cuda(non_blocking=True))
+            """,
+    }
+    script = """
+        import torch
+        import utils
+        import Procedure
+
+        def main(model, batches, weight_file):
+            bpr = utils.BPRLoss(model)
+            for epoch in range(1000):
+                Procedure.BPR_train_original(model, batches, bpr)
+                torch.save(model.state_dict(), weight_file)
+        """
+    assert (10, "HL021") in _project(tmp_path, files, script)
