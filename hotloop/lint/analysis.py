@@ -44,7 +44,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     method_name,
     target_names,
 )
-from hotloop.lint.syntax import method_of, walk_local  # noqa: F401 (walk_local re-exported)
+from hotloop.lint.syntax import derives, method_of, walk_local  # noqa: F401 (walk_local re-exported)
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
@@ -426,7 +426,10 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             found = [f for f in found if isinstance(self.parent.get(f), ast.ClassDef)]
             cls = self.parent.get(self.enclosing_function(call))
             own = [f for f in found if self.parent.get(f) is cls]
-            return own or found
+            # and the overrides of the same-file subclasses (UER's `Trainer.train` calling
+            # `self.forward_propagation`, which `BertTrainer`, `MlmTrainer`, ... define)
+            subs = [f for f in found if derives(self.tree, self.parent.get(f), cls)] if own else []
+            return own + subs or found
         return found
 
     def _is_outer(self, fn: ast.AST, call: ast.AST) -> bool:

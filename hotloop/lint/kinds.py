@@ -444,6 +444,8 @@ class KindModel:
     def _call_kind(self, e: ast.Call, info: FunctionInfo) -> str | None:
         name = self.call_name(e)  # type: ignore[attr-defined]
         meth = method_name(e)
+        if name in ("list", "tuple") and e.args and self.kind(e.args[0], info) != "scalar":
+            return None  # `batch = list(next(loader_iter))` (UER): a list of the batch's tensors
         if meth in SCALAR_METHODS or name in SCALAR_FUNCS and not (name == "dict" and e.keywords):  # `dict(loss=l)`
             return "scalar"
         if meth in ("clip_grad_norm_", "get_total_norm"):

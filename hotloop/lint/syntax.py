@@ -146,3 +146,12 @@ def graphless(value: ast.expr) -> bool:
         name = dotted(value.func).rpartition(".")[2]
         return name in ("argmax", "argmin", "long", "int", "bool", "argsort") or "all_gather" in name
     return False
+
+
+def derives(tree: ast.Module, sub: ast.AST | None, base: ast.AST | None, depth: int = 4) -> bool:
+    """Same-file class `sub` derives from `base` (through same-file classes)."""
+    if not isinstance(sub, ast.ClassDef) or not isinstance(base, ast.ClassDef) or sub is base or depth == 0:
+        return False
+    names = {dotted(b).rpartition(".")[2] for b in sub.bases}
+    return base.name in names or any(derives(tree, c, base, depth - 1) for c in tree.body
+                                     if isinstance(c, ast.ClassDef) and c.name in names)  # fmt: skip

@@ -702,3 +702,40 @@ def test_an_epoch_function_whose_step_is_a_third_files_makes_its_callers_loop_an
                 torch.save(model.state_dict(), weight_file)
         """
     assert (10, "HL021") in _project(tmp_path, files, script)
+
+
+def test_a_base_trainer_loop_runs_its_subclasses_overrides_every_step():
+    """UER-py: `Trainer.train` loops `batch = list(next(loader_iter))`, copies each tensor with a blocking
+    `.cuda(local_rank)` and calls `self.forward_propagation(batch, model)`, which the base class leaves to
+    `MlmTrainer`, `BertTrainer`, ... whose overrides read `loss.item()` every step."""
+    src = """
+    import torch
+
+    class Trainer:
+        def forward_propagation(self, batch, model):
+            raise NotImplementedError
+
+        def train(self, loader, model, optimizer, local_rank):
+            loader_iter = iter(loader)
+            while True:
+                batch = list(next(loader_iter))
+                for i in range(len(batch)):
+                    batch[i] = batch[i].cuda(local_rank)
+                loss = self.forward_propagation(batch, model)
+                loss.backward()
+                optimizer.step()
+
+    class MlmTrainer(Trainer):
+        def forward_propagation(self, batch, model):
+            loss = model(*batch)
+            self.total_loss += loss.item()
+            return loss
+
+    class Unrelated:
+        def forward_propagation(self, batch, model):
+            return model(*batch).item()
+    """
+    hits = found(src)
+    assert (13, "HL012") in hits
+    assert (21, "HL001") in hits
+    assert (26, "HL001") not in hits
