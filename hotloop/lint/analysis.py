@@ -311,9 +311,13 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             # returns, a trainer's `optimize_parameters`), is one step wherever it is called.
             for fn in fns if name in self.step_functions else ():
                 calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)]
-                if (any(isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "zero_grad") for c in calls)
-                        and any(is_optimizer_step(c) for c in calls)
-                        and not self._loops_over_data(fn, whiles=True)):  # fmt: skip
+                direct = (any(isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "zero_grad")
+                              for c in calls) and any(is_optimizer_step(c) for c in calls))  # fmt: skip
+                # (or an agent's `update` whose steps are its same-file `update_critic`/`update_actor`, called by
+                # nothing in this file: its loop is the training script's)
+                entry = isinstance(self.parent.get(fn), ast.ClassDef) and not any(
+                    self.local_target(c) == name for c in self.calls_to.get(name, []))  # fmt: skip
+                if (direct or entry) and not self._loops_over_data(fn, whiles=True):
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         holders = {self.enclosing_function(loop) for loop in self.hot_loops} - {self.tree}
@@ -476,18 +480,19 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             n = self.parent.get(n)
         return False
 
-    def remote_returns_number(self, call: ast.Call) -> bool:
+    def remote_return_kind(self, call: ast.Call) -> str | None:
         """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
-        number): the result is Python data, not a tensor, whatever its name says."""
+        number): the result is Python data, not a tensor, whatever its name says; DrQ-v2's `utils.to_torch(batch,
+        device)` returning `tuple(torch.as_tensor(x, device=device) for x in xs)`: tensors."""
         from hotloop.lint.imports import Project, defining, find_def, load_module  # (imports needs this module)
 
         target = Project.of(self).callee(call) if self.path and not self.path.startswith("<") else None
         if target is None:
-            return False
+            return None
         file, name = defining(*target)
         helper = load_module(file, file.stat().st_mtime)
         fn = find_def(helper.tree, name) if helper is not None else None
-        return fn is not None and helper is not self and helper.return_kind(fn) == "scalar"  # type: ignore[union-attr]
+        return helper.return_kind(fn) if fn is not None and helper is not self else None  # type: ignore[union-attr]
 
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]

@@ -21,7 +21,9 @@ GATE_WORDS = {
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick",
 }  # fmt: skip
-UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
+# (an RL agent's `if step % self.update_every_steps != 0: return` / `train_freq`: the update cadence, every update)
+UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro|update_every|"
+                         r"update_interval|train_freq|train_every|learn_every", re.I)  # fmt: skip
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 
 
@@ -130,7 +132,7 @@ class GateModel:
             return True
         names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
                  if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
-        if any(gate_word(x) for x in names):
+        if any(gate_word(x) and not UPDATE_GATE.search(x) for x in names):
             return False
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
@@ -196,6 +198,7 @@ class GateModel:
                 and is_gate(s.test)
                 and s.body
                 and (isinstance(s.body[-1], ast.Continue) or negated(s.test) and isinstance(s.body[-1], ast.Return))
+                and not self.is_update_gate(s)  # DrQ-v2's `if step % self.update_every_steps != 0: return`
             ):
                 return True
         return False

@@ -444,8 +444,11 @@ class KindModel:
     def _call_kind(self, e: ast.Call, info: FunctionInfo) -> str | None:
         name = self.call_name(e)  # type: ignore[attr-defined]
         meth = method_name(e)
-        if name in ("list", "tuple") and e.args and self.kind(e.args[0], info) != "scalar":
-            return None  # `batch = list(next(loader_iter))` (UER): a list of the batch's tensors
+        if name in ("list", "tuple") and e.args and (k := self.kind(e.args[0], info)) != "scalar":
+            if isinstance(e.args[0], (ast.GeneratorExp, ast.ListComp)) and self.kind(
+                    e.args[0].elt, info, comp=e.args[0]) == "tensor":  # fmt: skip
+                return "tensor"  # `tuple(torch.as_tensor(x, device=d) for x in xs)`: tensors, unpacked one by one
+            return k  # `batch = list(next(loader_iter))` (UER): a list of the batch's tensors
         if meth in SCALAR_METHODS or name in SCALAR_FUNCS and not (name == "dict" and e.keywords):  # `dict(loss=l)`
             return "scalar"
         if meth in ("clip_grad_norm_", "get_total_norm"):
@@ -471,8 +474,8 @@ class KindModel:
             k = self.return_kind(local[-1])
             if k is not None:
                 return k
-        elif self.remote_returns_number(e):  # type: ignore[attr-defined]
-            return "scalar"
+        elif (k := self.remote_return_kind(e)) is not None:  # type: ignore[attr-defined]
+            return k
         if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
                 and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$", base)):  # fmt: skip
             return "tensor"

@@ -739,3 +739,41 @@ def test_a_base_trainer_loop_runs_its_subclasses_overrides_every_step():
     assert (13, "HL012") in hits
     assert (21, "HL001") in hits
     assert (26, "HL001") not in hits
+
+
+def test_an_agents_update_is_one_step_even_when_its_steps_are_its_other_methods(tmp_path: Path):
+    """DrQ-v2's `DrQV2Agent.update`: `if step % self.update_every_steps != 0: return metrics` (the update
+    cadence, not a log gate), `obs, reward = utils.to_torch(batch, self.device)` (a helper returning
+    `tuple(torch.as_tensor(x, device=device) for x in xs)`), then `update_critic`/`update_actor` step. The
+    training script calls `agent.update(...)` every environment step, so `reward.mean().item()` reads per step."""
+    files = {
+        "utils.py": """
+            import torch
+
+            def to_torch(xs, device):
+                return tuple(torch.as_tensor(x, device=device) for x in xs)
+            """,
+        "config.py": "import torch\n\nDEVICE = torch.device('cuda')\n",
+    }
+    script = """
+        import torch
+        import utils
+
+        class Agent:
+            def update_critic(self, obs, reward):
+                loss = (self.critic(obs) - reward).pow(2).mean()
+                self.critic_opt.zero_grad()
+                loss.backward()
+                self.critic_opt.step()
+
+            def update(self, replay_iter, step):
+                metrics = dict()
+                if step % self.{every} != 0:
+                    return metrics
+                obs, reward = utils.to_torch(next(replay_iter), self.device)
+                metrics['batch_reward'] = reward.mean().item()
+                self.update_critic(obs, reward)
+                return metrics
+        """
+    assert (17, "HL001") in _project(tmp_path, files, script.format(every="update_every_steps"))
+    assert (17, "HL001") not in _project(tmp_path, files, script.format(every="log_every_steps"))
