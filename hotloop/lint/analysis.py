@@ -51,6 +51,7 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 # calling them is in another file): their copies and reads are per step. (Not a reason to call a loop hot: an
 # evaluation loop feeds data the same way.)
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
+AGENT_UPDATE = re.compile(r"^(update|learn|update_parameters|update_agent|update_policy|train_agent)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
 # Given a loss and the optimizer, these save/log/evaluate it or run an epoch: no step (whole words: not `retrieval`)
@@ -315,8 +316,8 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
                               for c in calls) and any(is_optimizer_step(c) for c in calls))  # fmt: skip
                 # (or an agent's `update` whose steps are its same-file `update_critic`/`update_actor`, called by
                 # nothing in this file: its loop is the training script's)
-                entry = isinstance(self.parent.get(fn), ast.ClassDef) and not any(
-                    self.local_target(c) == name for c in self.calls_to.get(name, []))  # fmt: skip
+                entry = (isinstance(self.parent.get(fn), ast.ClassDef) and AGENT_UPDATE.match(name)
+                         and not any(self.local_target(c) == name for c in self.calls_to.get(name, [])))  # fmt: skip
                 if (direct or entry) and not self._loops_over_data(fn, whiles=True):
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
@@ -481,18 +482,9 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
         return False
 
     def remote_return_kind(self, call: ast.Call) -> str | None:
-        """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
-        number): the result is Python data, not a tensor, whatever its name says; DrQ-v2's `utils.to_torch(batch,
-        device)` returning `tuple(torch.as_tensor(x, device=device) for x in xs)`: tensors."""
-        from hotloop.lint.imports import Project, defining, find_def, load_module  # (imports needs this module)
+        from hotloop.lint.imports import remote_return_kind  # (imports needs this module)
 
-        target = Project.of(self).callee(call) if self.path and not self.path.startswith("<") else None
-        if target is None:
-            return None
-        file, name = defining(*target)
-        helper = load_module(file, file.stat().st_mtime)
-        fn = find_def(helper.tree, name) if helper is not None else None
-        return helper.return_kind(fn) if fn is not None and helper is not self else None  # type: ignore[union-attr]
+        return remote_return_kind(self, call)
 
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]

@@ -21,9 +21,7 @@ GATE_WORDS = {
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick",
 }  # fmt: skip
-# (an RL agent's `if step % self.update_every_steps != 0: return` / `train_freq`: the update cadence, every update)
-UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro|update_every|"
-                         r"update_interval|train_freq|train_every|learn_every", re.I)  # fmt: skip
+UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 
 
@@ -198,10 +196,18 @@ class GateModel:
                 and is_gate(s.test)
                 and s.body
                 and (isinstance(s.body[-1], ast.Continue) or negated(s.test) and isinstance(s.body[-1], ast.Return))
-                and not self.is_update_gate(s)  # DrQ-v2's `if step % self.update_every_steps != 0: return`
+                and not self._steps_after(s, block)  # DrQ-v2's `if step % self.update_every_steps != 0: return`
             ):
                 return True
         return False
+
+    def _steps_after(self, guard: ast.If, block: list[ast.stmt]) -> bool:
+        """What follows the early exit takes the optimizer step (itself or through a same-file step function):
+        the guard is the update cadence, and what it lets through runs every update."""
+        rest = block[block.index(guard) + 1 :]
+        steps = getattr(self, "step_functions", set())
+        return any(isinstance(c, ast.Call) and (is_optimizer_step(c) or self.local_target(c) in steps)  # type: ignore[attr-defined]
+                   for stmt in rest for c in ast.walk(stmt))  # fmt: skip
 
     def _inference_branch(self, n: ast.If | ast.IfExp, child: ast.AST) -> bool:
         """In a `forward`, the branch taken without targets (`if targets is None:` / the `else` of `if targets

@@ -350,3 +350,31 @@ def load_module(file: Path, mtime: float) -> ModuleInfo | None:
         except (OSError, SyntaxError, ValueError):
             _MODULES[key] = None
     return _MODULES[key]
+
+
+def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
+    """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
+    number): the result is Python data, not a tensor, whatever its name says; DrQ-v2's `utils.to_torch(batch,
+    device)` returning `tuple(torch.as_tensor(x, device=device) for x in xs)`: tensors."""
+    target = Project.of(mi).callee(call) if mi.path and not mi.path.startswith("<") else None
+    if target is None:
+        return None
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    fn = find_def(helper.tree, name) if helper is not None else None
+    if fn is None or helper is mi:
+        return None
+    kind = helper.return_kind(fn)  # type: ignore[union-attr]
+    return kind if kind == "scalar" or kind == "tensor" and _makes_tensors(fn) else None
+
+
+def _makes_tensors(fn: ast.AST) -> bool:
+    """Every return builds tensors with torch itself (`torch.as_tensor(x, device=d)`, or a tuple of them): not a
+    trainer's `get_num_updates()` whose attribute only looks like one."""
+    rets = [r.value for r in walk_local(fn) if isinstance(r, ast.Return) and r.value is not None]
+    made = [
+        x.elt if isinstance(x, (ast.GeneratorExp, ast.ListComp)) else x
+        for r in rets
+        for x in (r.args[:1] if isinstance(r, ast.Call) and call_name(r) in ("tuple", "list") else [r])
+    ]
+    return bool(made) and all(isinstance(x, ast.Call) and call_name(x).startswith("torch.") for x in made)
