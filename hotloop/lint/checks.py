@@ -156,6 +156,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         if hot:
             if meth == "item" and not c.args and self.kind(c.func.value) != "scalar":  # type: ignore[attr-defined]
                 self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
+            elif meth in ("get_scale", "state_dict") and re.search(r"scaler$", _src(c.func.value), re.I):  # type: ignore[attr-defined]
+                self.add("HL001", c, f"`{_src(c)}` reads the GradScaler's scale with `.item()` every step")
             elif name in ("float", "int", "bool") and len(c.args) == 1 and self.tensor(c.args[0]):
                 if not (name == "bool" and is_test(self.mi, c)):  # `if bool(loss == 0):` is a branch: HL005
                     self.add("HL001", c, f"`{_src(c)}` reads a tensor on the host every step")

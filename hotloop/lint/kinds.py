@@ -477,7 +477,7 @@ class KindModel:
         elif (k := self.remote_return_kind(e)) is not None:  # type: ignore[attr-defined]
             return k
         if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
-                and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$", base)):  # fmt: skip
+                and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$|loss_?scale", base)):  # fmt: skip
             return "tensor"
         if re.search(r"reduce|gather|all_reduce", base) and any(self.kind(a, info) == "tensor" for a in e.args):
             return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks

@@ -778,3 +778,23 @@ def test_an_agents_update_is_one_step_even_when_its_steps_are_its_other_methods(
     assert (17, "HL001") in _project(tmp_path, files, script.format(every="update_every_steps"))
     # the guard lets the update itself through: whatever the period is called, what follows runs every update
     assert (17, "HL001") in _project(tmp_path, files, script.format(every="log_every_steps"))
+
+
+def test_reading_the_grad_scalers_scale_every_step_is_a_host_read():
+    """Swin/VideoMAE: `loss_scale_value = loss_scaler.state_dict()["scale"]` every step; GradScaler's
+    `state_dict()` and `get_scale()` read the scale tensor with `.item()`. Under a log gate it is once per N."""
+    src = """
+    import torch
+
+    def train(model, loader, opt, loss_scaler):
+        for i, x in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss_scaler.scale(loss).backward()
+            loss_scaler.step(opt)
+            loss_scaler.update()
+            {line}
+    """
+    assert (10, "HL001") in found(src.format(line='scale = loss_scaler.state_dict()["scale"]'))
+    assert (10, "HL001") in found(src.format(line="scale = loss_scaler.get_scale()"))
+    gated = "if i % 100 == 0: print(loss_scaler.get_scale())"
+    assert all(c != "HL001" for _, c in found(src.format(line=gated)))
