@@ -321,9 +321,21 @@ def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ..
            for layer in layers for v in layer):  # fmt: skip
         return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
     first, *earlier = layers
+    # a value set before the loop (FlowNet's `save_path = join(timestamp, ...)`) is the same at every save
+    loops = [n for n in _ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
+    inside = set(walk_local(loops[-1])) if loops else None
+    earlier = [[v for v in layer if inside is None or mi.parent.get(v) in inside] for layer in earlier]
     texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
     texts += [ast.unparse(v) for layer in earlier for v in layer]
     return any(re.search(r"epoch(?!s)|step|iter", t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
+
+
+def _ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:
+    """`node`'s enclosing nodes up to its function, innermost first."""
+    n = mi.parent.get(node)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        yield n
+        n = mi.parent.get(n)
 
 
 def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:

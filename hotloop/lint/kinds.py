@@ -429,6 +429,9 @@ class KindModel:
             kinds = {self.kind(v, info) for v in e.values}
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
         if isinstance(e, ast.IfExp):
+            for a, b in ((e.body, e.orelse), (e.orelse, e.body)):
+                if isinstance(b, ast.Constant) and b.value is None:  # `target if len(target) > 0 else None`
+                    return self.kind(a, info)
             kinds = {self.kind(e.body, info), self.kind(e.orelse, info)}
             if "scalar" in kinds and (
                 any(isinstance(b, ast.Name) for b in (e.body, e.orelse))

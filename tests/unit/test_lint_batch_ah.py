@@ -798,3 +798,55 @@ def test_reading_the_grad_scalers_scale_every_step_is_a_host_read():
     assert (10, "HL001") in found(src.format(line="scale = loss_scaler.get_scale()"))
     gated = "if i % 100 == 0: print(loss_scaler.get_scale())"
     assert all(c != "HL001" for _, c in found(src.format(line=gated)))
+
+
+def test_a_value_or_none_has_the_values_kind():
+    """siamese-triplet: `target = target if len(target) > 0 else None`, then `target = target.cuda()` under
+    `if target is not None:`: the batch tensor's blocking copy, not a Python value's."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for data, target in loader:
+            target = target if len(target) > 0 else None
+            data = data.cuda(non_blocking=True)
+            if target is not None:
+                target = target.cuda()
+            model(data, target).mean().backward()
+            opt.step()
+    """
+    assert (9, "HL012") in found(src)
+
+
+def test_a_save_directory_fixed_before_the_loop_names_the_same_file_every_epoch(tmp_path: Path):
+    """FlowNet: `save_path = os.path.join(timestamp, "{}epochs".format(...))` once, before the epoch loop, then
+    `save_checkpoint(state, is_best, save_path)` writing `checkpoint.pth.tar` there every epoch. A directory
+    named inside the loop by the epoch is new each time."""
+    files = {
+        "util.py": """
+            import os
+            import torch
+
+            def save_checkpoint(state, is_best, save_path, filename="checkpoint.pth.tar"):
+                torch.save(state, os.path.join(save_path, filename))
+            """
+    }
+    script = """
+        import datetime
+        import os
+        import torch
+        from util import save_checkpoint
+
+        def main(model, loader, opt):
+            timestamp = datetime.datetime.now().strftime("%m-%d-%H:%M")
+            save_path = os.path.join(timestamp, "flownets")
+            for epoch in range(100):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    opt.step()
+                {where}
+                save_checkpoint({{"epoch": epoch}}, False, save_path)
+        """
+    assert (15, "HL021") in _project(tmp_path, files, script.format(where="pass"))
+    per_epoch = 'save_path = os.path.join(timestamp, f"epoch_{epoch}")'
+    assert all(c != "HL021" for _, c in _project(tmp_path, files, script.format(where=per_epoch)))
