@@ -62,7 +62,12 @@ class LoaderChecks:
             return []
         if self.mi.cli_default(workers_value) == 0 or self._constant_zero(workers_value):
             return []  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
-        pinned = "pin_memory" in kws or len(c.args) > 7
+        pin = kws.get("pin_memory")  # `pin_memory=self.pin_memory` from a flag that defaults to 0 (ReChorus): unpinned
+        pinned = (
+            pin is not None
+            and not (isinstance(pin, ast.Attribute) and self.mi.cli_default(pin) in (0, False))
+            or len(c.args) > 7
+        )
         missing = []
         if cuda and not pinned:
             missing.append("`pin_memory=True` (CUDA code: copies from pageable memory are synchronous)")

@@ -850,3 +850,26 @@ def test_a_save_directory_fixed_before_the_loop_names_the_same_file_every_epoch(
     assert (15, "HL021") in _project(tmp_path, files, script.format(where="pass"))
     per_epoch = 'save_path = os.path.join(timestamp, f"epoch_{epoch}")'
     assert all(c != "HL021" for _, c in _project(tmp_path, files, script.format(where=per_epoch)))
+
+
+def test_pin_memory_from_a_flag_that_defaults_to_off_is_unpinned():
+    """ReChorus: `--pin_memory` defaults to 0 and `DataLoader(..., num_workers=args.num_workers,
+    pin_memory=args.pin_memory)`: by default CUDA copies come from pageable memory."""
+    src = """
+    import argparse
+    import torch
+    from torch.utils.data import DataLoader
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--pin_memory', type=int, default={pin})
+    parser.add_argument('--num_workers', type=int, default=4)
+    args = parser.parse_args()
+
+    def fit(model, ds, opt):
+        dl = DataLoader(ds, batch_size=8, num_workers=args.num_workers, pin_memory=args.pin_memory)
+        for x in dl:
+            model(x.cuda(non_blocking=True)).mean().backward()
+            opt.step()
+    """
+    assert (12, "HL011") in found(src.format(pin=0))
+    assert all(c != "HL011" for _, c in found(src.format(pin=1)))
