@@ -58,6 +58,10 @@ class IndexChecks:
               and not self._host(node.value)):  # fmt: skip
             message = "indexing a device tensor with a NumPy index array copies the indices to the device every step"
             self.add("HL024", node, f"`{src(node)}`: {message}; use torch.randperm(n, device=...)")
+        elif (any(self._built_list(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
+              and not self._host(node.value)):  # fmt: skip
+            message = "indexing a device tensor with a Python list copies the list to the device every step"
+            self.add("HL024", node, f"`{src(node)}`: {message}; build the indices on the device (or use a mask)")
         elif (
             any(self._sampled_list(i) for i in parts)
             and self.kind(node.value) != "scalar"
@@ -94,6 +98,15 @@ class IndexChecks:
             )
 
         return bool(values) and all(numpy_made(v) for v in values)
+
+    def _built_list(self, e: ast.expr) -> bool:
+        """A name bound only to a list comprehension or to `t.tolist()` in this function (HALOs'
+        `idx = [i for i in range(n) if keep[i]]`, `randperm(n).tolist()`): a Python list of indices, made each step."""
+        if not isinstance(e, ast.Name):
+            return False
+        values = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
+        return bool(values) and all(isinstance(v, ast.ListComp) or isinstance(v, ast.Call) and method_name(v) ==
+                                    "tolist" for v in values)  # fmt: skip
 
     def _sampled_list(self, e: ast.expr) -> bool:
         """A loop variable drawn from a `BatchSampler` (a Python list of ints per minibatch)."""

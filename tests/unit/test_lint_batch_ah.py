@@ -873,3 +873,22 @@ def test_pin_memory_from_a_flag_that_defaults_to_off_is_unpinned():
     """
     assert (12, "HL011") in found(src.format(pin=0))
     assert all(c != "HL011" for _, c in found(src.format(pin=1)))
+
+
+def test_indexing_a_device_tensor_with_a_list_built_each_step_copies_it():
+    """HALOs: `chosen_rewards_idx = [i for i in range(n) if status[i] == 'chosen']` then
+    `all_rewards[chosen_rewards_idx]` every step: the Python list goes to the device each time. A host tensor
+    indexed the same way copies nothing."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for batch in loader:
+            all_rewards = model(batch['x'].cuda(non_blocking=True))
+            chosen_idx = [i for i in range(len(batch['status'])) if batch['status'][i] == 'chosen']
+            chosen = {value}[chosen_idx]
+            chosen.mean().backward()
+            opt.step()
+    """
+    assert (8, "HL024") in found(src.format(value="all_rewards"))
+    assert all(c != "HL024" for _, c in found(src.format(value="torch.arange(8)")))
