@@ -13,6 +13,11 @@ one stands for the others. The project is the folder holding the script and ever
 
 Methods every framework object has (`train`, `step`, `to`, `state_dict`, `forward`, ...) are never guessed:
 the receiver is as likely PyTorch's own object as the project's.
+
+The same project files answer three other questions the script alone cannot: whether the project runs on a GPU
+at all (`project_on_device`: a trainer module that never says `cuda` itself), a `--flag` default declared in
+another options module (`project_flag_zero`: SPADE's `--nThreads 0`), and which file a bare import means when
+it only works with the project's folders on `sys.path` (`unique_module`: Speech-Transformer's `from loss import`).
 """
 
 from __future__ import annotations
