@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 
 from hotloop.lint.classes import project_on_device
-from hotloop.lint.drivers import DriverModel, repeats_runs, runs_epochs, yields
+from hotloop.lint.drivers import EPOCH_NAMED, DriverModel, repeats_runs, runs_epochs, yields
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
     MODEL_NAME,
@@ -53,7 +53,6 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
 AGENT_UPDATE = re.compile(r"^(update|learn|update_parameters|update_agent|update_policy|train_agent)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
-EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
 # Given a loss and the optimizer, these save/log/evaluate it or run an epoch: no step (whole words: not `retrieval`)
 NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
                              r"|report|write)($|_)", re.I)  # fmt: skip

@@ -20,6 +20,7 @@ ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `e
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
 
 
+EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
 EPOCHS = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|i_epoch|cur_epoch|current_epoch)$", re.I)  # an epoch loop's name
 RUNS = re.compile(r"^(seed|seeds|run|runs|fold|folds|trial|trials|repeat|rep|i_run|run_id|fold_idx)$", re.I)
 # the keyword a trainer takes a per-step function by (decision-transformer's `get_batch=get_batch`)
@@ -57,7 +58,7 @@ def repeats_runs(loop: ast.AST | None) -> bool:
 def runs_epochs(fn: ast.AST, hot_loops: set[ast.AST]) -> bool:
     """`fn` (not named for an epoch) loops over epochs itself: `for epoch in range(max_epoch)` is, or holds,
     one of its hot loops (GraphMAE's `pretrain`). A loop around its call that `repeats_runs` is no epoch loop."""
-    if re.search(r"(^|_)epoch($|_)", getattr(fn, "name", ""), re.I):
+    if EPOCH_NAMED.search(getattr(fn, "name", "")):
         return False
     for loop in walk_local(fn):
         target = loop.target if isinstance(loop, ast.For) else None

@@ -26,7 +26,7 @@ from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.saves import formats_a_counter
-from hotloop.lint.syntax import param_defaults
+from hotloop.lint.syntax import block_of, param_defaults
 
 EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
@@ -343,9 +343,8 @@ def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
     stmt: ast.AST | None = c
     while stmt is not None and not isinstance(stmt, ast.stmt):
         stmt = mi.parent.get(stmt)
-    block = next((b for f in ("body", "orelse") if isinstance(b := getattr(mi.parent.get(stmt), f, None), list)
-                  and stmt in b), None)  # fmt: skip
-    after = block[block.index(stmt) + 1 :] if block is not None else []
+    block = block_of(mi.parent, stmt)  # type: ignore[arg-type]
+    after = block[block.index(stmt) + 1 :] if block else []
     return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
 
 

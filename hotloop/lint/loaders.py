@@ -13,12 +13,13 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
 from hotloop.lint.classes import project_flag_zero
 from hotloop.lint.imports import Project, find_def, load_module
-from hotloop.lint.syntax import param_defaults
+from hotloop.lint.syntax import block_of, param_defaults
 
 # A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
 # test_loader)`) reads a few batches once: no evidence of epochs.
@@ -152,24 +153,19 @@ class LoaderChecks:
         assign = self.mi.parent.get(c)
         if isinstance(assign, ast.Call) and call_name(assign) == "iter" and assign.args[:1] == [c]:
             return False  # `loader = iter(DataLoader(...))` (MiniGPT-4's endless webdataset): one pass, by hand
-        targets = [e for t in assign.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])
-                   ] if isinstance(assign, ast.Assign) else []  # fmt: skip
-        names = {dotted(t) for t in targets if dotted(t)}
+        names = _bound(assign)
         if not names or any(n.startswith(("self.", "cls.")) for n in names):
             return not per_pass  # passed straight on or kept on an object: assume several epochs
         scope = self.mi.enclosing_function(c)
         # only the uses of this binding: up to the name's next assignment in the same block (straight-line code;
         # one in an `else` beside it is another binding, not a later one), unless that wraps the same loader
         # (`loader = accelerator.prepare(loader)`, `criterion, loader = get_criterion(cfg, loader)`)
-        holder = self.mi.parent.get(assign)
-        lists = [getattr(holder, f, None) or [] for f in ("body", "orelse", "finalbody")]
-        block = next((b for b in lists if assign in b), [])
         later = [
             v.lineno
-            for v in block
+            for v in block_of(self.mi.parent, assign)  # type: ignore[arg-type]
             if isinstance(v, ast.Assign)
             and v.lineno > c.lineno
-            and {dotted(e) for t in v.targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])} & names
+            and _bound(v) & names
             and not {dotted(x) for x in ast.walk(v.value)} & names
         ]
         window = (c.lineno, min(later, default=10**9))
@@ -256,8 +252,10 @@ def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInf
     value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
     if isinstance(value, ast.Call) and call_name(value) == "int" and len(value.args) == 1:
         value = value.args[0]
-    if isinstance(value, ast.Attribute) and (caller.cli_default(value) == 0 or project_flag_zero(
-            Path(caller.path), value.attr) if caller.path else False):  # fmt: skip
+    on_disk = bool(caller.path) and not caller.path.startswith("<")
+    if isinstance(value, ast.Attribute) and (
+        caller.cli_default(value) == 0 or on_disk and project_flag_zero(Path(caller.path), value.attr)
+    ):
         return True
     if not isinstance(value, ast.Name) or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
@@ -304,16 +302,18 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call, hops: i
         if not _no_workers(d, fn, call, caller.mi):  # type: ignore[attr-defined]
             # a loader the helper keeps to itself (cirtorch's `extract_vectors` returns the vectors) lives one call:
             # whether the helper re-iterates it decides, not what the caller does with the result
-            reiterated = (
-                (lambda d=d: caller._reiterated(call))
-                if _handed_out(mi, fn, d)
-                # type: ignore[attr-defined]
-                else (lambda d=d: helper._reiterated(d))
-            )
-            missing = helper.loader_missing(d, caller.mi.uses_cuda, reiterated)
+            outer = partial(caller._reiterated, call)  # type: ignore[attr-defined]
+            judge = outer if _handed_out(mi, fn, d) else partial(helper._reiterated, d)
+            missing = helper.loader_missing(d, caller.mi.uses_cuda, judge)
             if missing:
                 out.append((Path(mi.path), d.lineno, missing))
     return out
+
+
+def _bound(assign: ast.AST | None) -> set[str]:
+    """The names an assignment binds, tuple targets unpacked (`train_loader, val_loader = build(cfg)`)."""
+    targets = getattr(assign, "targets", []) if isinstance(assign, ast.Assign) else []
+    return {dotted(e) for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if dotted(e)}
 
 
 def _handed_out(mi: ModuleInfo, fn: ast.AST, d: ast.Call) -> bool:

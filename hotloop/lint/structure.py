@@ -22,6 +22,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
+from hotloop.lint.syntax import block_of
 
 
 def src(node: ast.AST, limit: int = 60) -> str:
@@ -209,8 +210,7 @@ class StructureChecks:
         body = [n for stmt in loop.body for n in ast.walk(stmt)]
         if not any(isinstance(n, ast.Call) and FORWARD_CALL.search(call_name(n) or "-") for n in body):
             return False  # the network itself is not called here (`validate(infer_fn, ...)` may guard itself)
-        holder = self.mi.parent.get(loop)
-        block = next((b for b in (getattr(holder, f, None) or [] for f in ("body", "orelse")) if loop in b), [])
+        block = block_of(self.mi.parent, loop)
         for stmt in reversed(block[: block.index(loop)] if block else []):
             calls = [n for n in ast.walk(stmt) if isinstance(n, ast.Call)]
             if any(method_name(n) == "train" for n in calls) or isinstance(stmt, (ast.For, ast.While)):

@@ -155,3 +155,9 @@ def derives(tree: ast.Module, sub: ast.AST | None, base: ast.AST | None, depth: 
     names = {dotted(b).rpartition(".")[2] for b in sub.bases}
     return base.name in names or any(derives(tree, c, base, depth - 1) for c in tree.body
                                      if isinstance(c, ast.ClassDef) and c.name in names)  # fmt: skip
+
+
+def block_of(parent: dict[ast.AST, ast.AST], stmt: ast.AST) -> list[ast.stmt]:
+    """The statement list (a body, `else` or `finally`) that holds `stmt`; [] when it is in none."""
+    holder = parent.get(stmt)
+    return next((b for f in ("body", "orelse", "finalbody") if stmt in (b := getattr(holder, f, None) or [])), [])

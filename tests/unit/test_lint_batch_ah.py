@@ -94,6 +94,21 @@ def test_a_loader_only_handed_to_a_timing_helper_is_not_re_iterated(tmp_path: Pa
     assert (7, "HL011") in _project(tmp_path, files, script.format(consumer="fit"))
 
 
+# an epoch loop that saves to `{path}` after each epoch (line 11 is the save)
+EPOCH_SAVE = """
+import os
+import torch
+
+def train(model, loader, opt, out):
+    for epoch in range(10):
+        for x in loader:
+            model(x.cuda(non_blocking=True)).mean().backward()
+            opt.step()
+        savepath = {path}
+        torch.save({payload}, savepath)
+"""
+
+
 def found(src: str) -> list[tuple[int, str]]:
     from hotloop.lint import lint_source
 
@@ -154,18 +169,7 @@ def test_an_optimizer_state_entry_set_to_numbers_is_a_python_counter():
 
 def test_a_save_to_a_results_file_is_a_dump_not_a_checkpoint():
     """DINO's `evaluate`: `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`."""
-    src = """
-    import os
-    import torch
-
-    def train(model, loader, opt, out):
-        for epoch in range(10):
-            for x in loader:
-                model(x.cuda(non_blocking=True)).mean().backward()
-                opt.step()
-            savepath = os.path.join(out, "{name}")
-            torch.save(output_state_dict, savepath)
-    """
+    src = EPOCH_SAVE.format(path='os.path.join(out, "{name}")', payload="output_state_dict")
     assert all(c != "HL021" for _, c in found(src.format(name="results-{}.pkl")))
     assert (11, "HL021") in found(src.format(name="checkpoint.pth"))
 
@@ -575,18 +579,8 @@ def test_a_loader_wrapped_in_iter_at_birth_is_read_in_one_pass():
 def test_a_save_name_formatted_from_best_or_the_epoch_overwrites_the_best_file():
     """MiniGPT-4's `_save_checkpoint`: `"checkpoint_{}.pth".format("best" if is_best else cur_epoch)` writes a
     new file per epoch, but `checkpoint_best.pth` in place whenever validation improves."""
-    src = """
-    import os
-    import torch
-
-    def train(model, loader, opt, out):
-        for epoch in range(10):
-            for x in loader:
-                model(x.cuda(non_blocking=True)).mean().backward()
-                opt.step()
-            save_to = os.path.join(out, "checkpoint_{{}}.pth".format({arg}))
-            torch.save(model.state_dict(), save_to)
-    """
+    src = EPOCH_SAVE.format(path='os.path.join(out, "checkpoint_{{}}.pth".format({arg}))',
+                            payload="model.state_dict()")  # fmt: skip
     assert (11, "HL021") in found(src.format(arg='"best" if is_best else epoch'))
     assert all(c != "HL021" for _, c in found(src.format(arg="epoch")))
 
