@@ -11,9 +11,9 @@ Hot regions (code that runs every training step):
 - what drives a loop with no step written in it (`drivers.py`): a loop stepping an environment inside the
   training loop (on- and off-policy reinforcement learning), a same-file generator's loop around its `yield`
   when a training loop iterates it, a function registered as a per-batch callback.
-A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too). A
-step loop over something that is not data (a GAN's phases) inside a loop that fetches the batch is
-inside the step: that outer loop is hot. A loop that hands a step function to a wrapper (`timer(train_step)`) calls it.
+A *training loop* is any loop that contains a hot region (the epoch loop around the batch loop, too). A step loop
+over something that is not data (a GAN's phases) inside a loop that fetches the batch is inside the step: that
+outer loop is hot. A loop that hands a step function to a wrapper (`timer(train_step)`) calls it.
 
 Gates (`gates.py`): statements in the body of an `if` whose test uses `%` (`if step % log_every == 0:`) or a name
 whose words say so (`log`, `eval`, `save`, `checkpoint`, `verbose`, `interval`, ...) run once per
@@ -22,7 +22,8 @@ interval, not every step, and are not hot. An `if` whose body steps the optimize
 window, so its body is as hot as the loop. The `else:` branch of a gate runs on the other steps: hot.
 A `# sync: <why>` comment marks an intended host read.
 
-Names resolve through imports and aliases (`import torch.nn.functional as F`, `sync = torch.cuda.synchronize`).
+Names resolve through imports and aliases (`import torch.nn.functional as F`, `sync = torch.cuda.synchronize`),
+a call of a local name to each function it may be bound to (`fn = mixed_list if random() < p else noise_list`).
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             if isinstance(n, FUNCS):
                 self.functions.setdefault(n.name, []).append(n)
         self._next_targets: dict[ast.AST, list[ast.AST]] = {}
+        self._chosen_seen: dict[tuple[ast.AST | None, str], list[ast.AST]] = {}
         self._iterated: dict[ast.AST, list[ast.AST]] = {}  # a loop -> the same-file generators it iterates
         self.instances = self._instances()
         self.calls_to: dict[str, list[ast.Call]] = {}
@@ -424,7 +426,7 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             return self._methods(cls, call.func.attr)
         if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward
             return self._methods(cls, "forward", "__call__")
-        found = self._next_targets.get(call) or self.functions.get(self.local_target(call), [])
+        found = self._next_targets.get(call) or self.functions.get(self.local_target(call), []) or self._chosen(call)
         if isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls"):
             # a method, never a module-level function (`self.main(x)` of an nn.Sequential is not `def main()`)
             found = [f for f in found if isinstance(self.parent.get(f), ast.ClassDef)]
@@ -435,6 +437,14 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             subs = [f for f in found if derives(self.tree, self.parent.get(f), cls)] if own else []
             return own + subs or found
         return found
+
+    def _chosen(self, call: ast.Call) -> list[ast.AST]:
+        key = (self.enclosing_function(call), getattr(call.func, "id", ""))
+        if key not in self._chosen_seen and key[1]:
+            values = assigned_values(key[1], walk_local(key[0] or self.tree))
+            names = [n for v in values for n in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            self._chosen_seen[key] = [f for n in names if isinstance(n, ast.Name) for f in self.functions.get(n.id, [])]
+        return self._chosen_seen.get(key, [])
 
     def _is_outer(self, fn: ast.AST, call: ast.AST) -> bool:
         """A call inside `fn` itself (recursion) or of a function that holds the hot loop (an epoch function)."""

@@ -24,6 +24,7 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.saves import formats_a_counter
 from hotloop.lint.syntax import block_of, param_defaults
@@ -33,7 +34,7 @@ MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
 DEPTH = 2  # files followed from the linted script: its helpers, and theirs
-_EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple[str, int, str, bool, bool, bool]]] = {}
+_EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple[str, int, str, bool, str, bool]]] = {}
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
 
 
@@ -55,13 +56,26 @@ def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
     return n is not None
 
 
-def _if_tests(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.expr]:
-    """The tests of the `if` statements `node` sits under."""
+def _if_tests(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = ()) -> Iterator[ast.expr]:
+    """The tests of the `if` statements `node` sits under, but those whose other branch holds one of `both`
+    (`if self.continuous: s = torch.FloatTensor(s).to(d) ... else: s = torch.FloatTensor(s).to(d)`: one of
+    the two runs whichever way the option is set)."""
     child, n = node, mi.parent.get(node)
     while n is not None and not isinstance(n, ast.Module):
         if isinstance(n, ast.If) and child is not n.test:
-            yield n.test
+            other = n.orelse if child in n.body else n.body
+            if not any(_inside_block(mi, b, other) for b in both):
+                yield n.test
         child, n = n, mi.parent.get(n)
+
+
+def _inside_block(mi: ModuleInfo, node: ast.AST, block: list[ast.stmt]) -> bool:
+    n = mi.parent.get(node)
+    while n is not None and not isinstance(n, ast.Module):
+        if n in block:
+            return True
+        n = mi.parent.get(n)
+    return False
 
 
 def _tensor_test(test: ast.expr) -> bool:
@@ -80,10 +94,11 @@ def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
     return any(_tensor_test(t) for t in _if_tests(mi, node))
 
 
-def _switched(mi: ModuleInfo, node: ast.AST) -> bool:
+def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = ()) -> bool:
     """Under `if self.autobalance:` / `if not self.flag:` / `if self._sync_stats():` / `if self.world_size > 1:`:
-    an option of the helper whose value is set elsewhere (often off by default): not known to run every step."""
-    for t in _if_tests(mi, node):
+    an option of the helper whose value is set elsewhere (often off by default): not known to run every step.
+    An option whose other branch does the same (one of `both`) runs it either way."""
+    for t in _if_tests(mi, node, both):
         t = t.operand if isinstance(t, ast.UnaryOp) else t
         if isinstance(t, ast.Compare) and all(isinstance(c, ast.Constant) for c in t.comparators):
             t = t.left
@@ -141,6 +156,21 @@ def _base(e: ast.AST) -> str:
     return e.id if isinstance(e, ast.Name) else ""
 
 
+def _moves_param(mi: ModuleInfo, c: ast.AST, name: str) -> bool:
+    """`x.cuda()` / `x.to(device)` of a parameter `x` of the called helper `name` itself (Self-Attention-GAN's
+    `tensor2var(x)`): a mover whatever its name, copying what the call passes (a parameter of a function it
+    calls in turn, such as a timestep `t`, may well be on the device already)."""
+    recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
+    fn = mi.enclosing_function(c)
+    args = getattr(fn, "args", None)
+    return (
+        isinstance(recv, ast.Name)
+        and args is not None
+        and getattr(fn, "name", "") == name.rpartition(".")[2]
+        and recv.id in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
+    )
+
+
 def _empty(c: ast.AST) -> bool:
     """`torch.empty(0).to(x.device)`: nothing to copy."""
     recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
@@ -180,19 +210,20 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.made = mi.own_hot = set()  # type: ignore[attr-defined]  # the next name starts from the file as is
 
 
-def _carried(mi: ModuleInfo, h: Any) -> bool:
+def _carried(mi: ModuleInfo, h: Any, hits: list[Any]) -> bool:
     """A hit inside a helper that its hot call site reports: one of EFFECT_CODES, or HL024's `torch.tensor(shape,
     device=d)` built in a loss (not its list indexes); not opted out (`noqa`), switched off, once, or empty; a
     branch (HL005) only on a reduced tensor."""
     if not (h.code in EFFECT_CODES or h.code == "HL024" and isinstance(h.node, ast.Call)):
         return False
-    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node) and not _once(mi, h.node)
+    both = tuple(o.node for o in hits if o.code == h.code and o is not h)
+    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both) and not _once(mi, h.node)
             and not _empty(h.node) and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
 
 
 def effects(
     file: Path, name: str, device_code: bool, depth: int = DEPTH
-) -> list[tuple[str, int, str, bool, bool, bool]]:
+) -> list[tuple[str, int, str, bool, str, bool]]:
     """(code, line, message, only if given a tensor, copies host-made data, hot in the file's own loops) of
     each read that calling `name` every step adds inside `file` (and, with `depth` left, in the project
     files its hot code calls). A read the file's own loops make hot is reported when that file is linted."""
@@ -201,16 +232,18 @@ def effects(
     key = (str(file), file.stat().st_mtime, name, device_code, depth)
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
-            kept = [h for h in hits if _carried(mi, h)]
+            kept = [h for h in hits if _carried(mi, h, hits)]
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip
+            moves = {id(h): h.code == "HL012" and _moves_param(mi, h.node, defining(file, name)[1]) for h in kept}
             # A helper that reads back what it copied (`r = torch.tensor(x).cuda()`, all_reduce, `r.item()`)
             # waits for the device anyway: its read is the finding, not the copy.
             read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}
             own = getattr(mi, "own_hot", set())
-            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node), made[id(h)],
-                              _inside(mi, h.node, own)) for h in kept
+            _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node),
+                              "host" if made[id(h)] else "param" if moves[id(h)] else "", _inside(mi, h.node, own))
+                             for h in kept
                              if not (made[id(h)] and _assigned_to(mi, h.node) & read)]  # fmt: skip
             if depth > 1 and mi is not None:
                 seen = {(line, code) for code, line, *_ in _EFFECTS[key]}
@@ -356,6 +389,18 @@ def _own_training(file: Path, name: str) -> bool:
     return fn is not None and fn in helper.train_functions  # type: ignore[union-attr]
 
 
+def _given_data(mi: ModuleInfo, c: ast.Call) -> bool:
+    """The call passes a tensor, or a value of unknown kind not named a model (`tensor2var(real_images)`)."""
+    info = mi.function_info(c)
+    return any(
+        (kind := mi.kind(a, info)) == "tensor"
+        or kind is None
+        and isinstance(a, (ast.Name, ast.Attribute, ast.Subscript))
+        and not MODEL_NAME.search(dotted(a))
+        for a in [*c.args, *(k.value for k in c.keywords)]
+    )
+
+
 def relative(project: Project, file: Path) -> str:
     """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
     return os.path.relpath(file, project.file.parent) if project.file else str(file)
@@ -432,6 +477,8 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
                 continue
             if acts and not host_made:  # an agent's `select_action`: its reads are its job, its copies are not
                 continue
+            if host_made == "param" and not MOVER.search(name) and not _given_data(mi, c):
+                continue  # a helper moving its parameter, not named a mover: a batch only when given data
             if if_tensor and code != "HL012":  # a mover's `isinstance` test walks a batch's containers instead
                 if given is None:
                     info = mi.function_info(c)
