@@ -32,6 +32,7 @@ import ast
 import re
 from pathlib import Path
 
+from hotloop.lint.calls import CallModel
 from hotloop.lint.classes import project_on_device
 from hotloop.lint.drivers import EPOCH_NAMED, DriverModel, repeats_runs, runs_epochs, yields
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
@@ -82,7 +83,7 @@ def is_step_call(node: ast.AST) -> bool:
     return is_optimizer_step(node)
 
 
-class ModuleInfo(KindModel, GateModel, DriverModel):
+class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
     """Hot regions, training loops, gates, aliases and per-function tensor names of one parsed module."""
 
     def __init__(self, tree: ast.Module, source: str, path: str = "") -> None:
@@ -109,7 +110,6 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
             if isinstance(n, FUNCS):
                 self.functions.setdefault(n.name, []).append(n)
         self._next_targets: dict[ast.AST, list[ast.AST]] = {}
-        self._chosen_seen: dict[tuple[ast.AST | None, str], list[ast.AST]] = {}
         self._iterated: dict[ast.AST, list[ast.AST]] = {}  # a loop -> the same-file generators it iterates
         self.instances = self._instances()
         self.calls_to: dict[str, list[ast.Call]] = {}
@@ -211,16 +211,6 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
 
     def call_name(self, call: ast.Call) -> str:
         return self._resolve(dotted(call.func), self.aliases)
-
-    def local_target(self, call: ast.Call) -> str:
-        """The name of the same-file function a call may reach: `f(...)`, `self.f(...)`, `cls.f(...)`, and `g(...)`
-        with `g = partial(f, train=True)` assigned once at module level (world-models' epoch function)."""
-        f = call.func
-        if isinstance(f, ast.Name):
-            return self.partials.get(f.id, f.id)
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("self", "cls"):
-            return f.attr
-        return ""
 
     @staticmethod
     def walk_local(node: ast.AST):
@@ -406,45 +396,6 @@ class ModuleInfo(KindModel, GateModel, DriverModel):
         while loop is not None:
             self.train_loops.add(loop)
             loop = self.enclosing_loop(loop)
-
-    def _instances(self) -> dict[str, ast.ClassDef]:
-        """`agent = Agent(...)`, `self.policy = Policy(...)` with the class in this file: the name's methods
-        are that class's (`agent.learn(batch)` in the loop runs `Agent.learn`)."""
-        self.classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
-        return constructed(self.nodes, lambda c: self.classes.get(c.func.id) if isinstance(c.func, ast.Name) else None)
-
-    def _methods(self, cls: ast.ClassDef, *names: str) -> list[ast.AST]:
-        """The first of `names` defined in `cls`, or else in its same-file base classes."""
-        found = method_of(cls, names, self.classes)
-        return [found] if found is not None else []
-
-    def targets_of(self, call: ast.Call) -> list[ast.AST]:
-        """The same-file functions a call may reach; for `self.f(...)`, the `f` of the caller's own class
-        when it has one (two loss classes each with a `build_targets` do not share them); for `obj.f(...)`
-        with `obj = Cls(...)` in this file, `Cls.f`."""
-        if isinstance(call.func, ast.Attribute) and (cls := self.instances.get(dotted(call.func.value))) is not None:
-            return self._methods(cls, call.func.attr)
-        if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward
-            return self._methods(cls, "forward", "__call__")
-        found = self._next_targets.get(call) or self.functions.get(self.local_target(call), []) or self._chosen(call)
-        if isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls"):
-            # a method, never a module-level function (`self.main(x)` of an nn.Sequential is not `def main()`)
-            found = [f for f in found if isinstance(self.parent.get(f), ast.ClassDef)]
-            cls = self.parent.get(self.enclosing_function(call))
-            own = [f for f in found if self.parent.get(f) is cls]
-            # and the overrides of the same-file subclasses (UER's `Trainer.train` calling
-            # `self.forward_propagation`, which `BertTrainer`, `MlmTrainer`, ... define)
-            subs = [f for f in found if derives(self.tree, self.parent.get(f), cls)] if own else []
-            return own + subs or found
-        return found
-
-    def _chosen(self, call: ast.Call) -> list[ast.AST]:
-        key = (self.enclosing_function(call), getattr(call.func, "id", ""))
-        if key not in self._chosen_seen and key[1]:
-            values = assigned_values(key[1], walk_local(key[0] or self.tree))
-            names = [n for v in values for n in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
-            self._chosen_seen[key] = [f for n in names if isinstance(n, ast.Name) for f in self.functions.get(n.id, [])]
-        return self._chosen_seen.get(key, [])
 
     def _is_outer(self, fn: ast.AST, call: ast.AST) -> bool:
         """A call inside `fn` itself (recursion) or of a function that holds the hot loop (an epoch function)."""

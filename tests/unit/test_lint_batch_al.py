@@ -138,3 +138,33 @@ def test_a_local_name_bound_to_one_of_two_functions_calls_both():
     """
     assert (6, "HL012") in found(src)
     assert (6, "HL012") not in found(src.replace("style = get_latents_fn(8, 512)", "style = None"))
+
+
+def test_a_call_through_a_dict_of_methods_calls_each_of_them():
+    """KnowledgeGraphEmbedding: `model_func = {'TransE': self.TransE, 'RotatE': self.RotatE}` then
+    `model_func[self.model_name](head, relation, tail)` in the forward: each method may run every step, and
+    `self.gamma.item()` in them reads a parameter on the host."""
+    src = """
+    import torch
+    from torch import nn
+
+    class KGE(nn.Module):
+        def TransE(self, h, r, t):
+            return self.gamma.item() - torch.norm(h + r - t, p=1, dim=2)
+
+        def DistMult(self, h, r, t):
+            return (h * r * t).sum(dim=2)
+
+        def forward(self, h, r, t):
+            model_func = {"TransE": self.TransE, "DistMult": self.DistMult}
+            return model_func[self.model_name](h, r, t)
+
+    def train(loader, opt):
+        model = KGE().cuda()
+        for h, r, t in loader:
+            loss = model(h, r, t).mean()
+            loss.backward()
+            opt.step()
+    """
+    assert (7, "HL001") in found(src)
+    assert (7, "HL001") not in found(src.replace('"TransE": self.TransE, ', ""))
