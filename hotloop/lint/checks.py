@@ -34,7 +34,7 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import graphless, under_no_grad
+from hotloop.lint.syntax import copied, graphless, under_no_grad
 
 LOG_FUNCS = re.compile(
     r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
@@ -107,7 +107,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 self.fstring(node)
             elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
                 self.percent_format(node)
-        if "LR" in src or "lr_scheduler" in src:
+        if "LR" in src or "sched" in src:
             self.schedulers()
         if "DistributedSampler" in src:
             self.samplers()
@@ -154,7 +154,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         if not hot and meth in ("to", "cuda") and isinstance(c.func, ast.Attribute) and self._in_getitem(c):
             self.transfer(c, per_sample=True)
         if hot:
-            if meth == "item" and not c.args and self.kind(c.func.value) != "scalar":  # type: ignore[attr-defined]
+            if meth == "item" and not c.args and self.kind(c.func.value) != "scalar" and not copied(c.func.value):  # type: ignore[attr-defined]
                 self.add("HL001", c, f"`{_src(c)}` reads the tensor on the host every step")
             elif meth in ("get_scale", "state_dict") and re.search(r"scaler$", _src(c.func.value), re.I):  # type: ignore[attr-defined]
                 self.add("HL001", c, f"`{_src(c)}` reads the GradScaler's scale with `.item()` every step")

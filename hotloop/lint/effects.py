@@ -26,7 +26,7 @@ from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
-from hotloop.lint.saves import formats_a_counter
+from hotloop.lint.saves import ITER, formats_a_counter
 from hotloop.lint.syntax import block_of, param_defaults
 
 EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
@@ -360,7 +360,7 @@ def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ..
     earlier = [[v for v in layer if inside is None or mi.parent.get(v) in inside] for layer in earlier]
     texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
     texts += [ast.unparse(v) for layer in earlier for v in layer]
-    return any(re.search(r"epoch(?!s)|step|iter", t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
+    return any(re.search(r"epoch(?!s)|step|" + ITER, t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
 
 
 def _ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:

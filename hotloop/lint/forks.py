@@ -23,7 +23,7 @@ import ast
 import re
 from typing import Any
 
-from hotloop.lint.syntax import target_names
+from hotloop.lint.syntax import dotted, target_names
 
 
 def _kind_at(info: Any, name: str, line: int, tensor_name: re.Pattern[str]) -> str | None:
@@ -87,18 +87,32 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
 def counter_entry(fn: ast.AST, e: ast.Subscript) -> bool:
     """`state['step']` where the function sets `state['step'] = 0` and only ever adds numbers to it (a custom
     optimizer's step counter, RAdam's): a Python int, whatever the dict's other entries hold."""
+    return _entries(fn, e) == {"number"}
+
+
+def tensor_entry(fn: ast.AST, e: ast.Subscript) -> bool:
+    """`state['step']` where the function sets `state['step'] = torch.zeros((), device=d)` (PyTorch's own
+    optimizers keep the step a tensor): a tensor, whatever its users' names say."""
+    return "tensor" in _entries(fn, e)
+
+
+TENSOR_MADE = re.compile(r"^torch\.(zeros|ones|full|empty|tensor|as_tensor)(_like)?$")
+
+
+def _entries(fn: ast.AST, e: ast.Subscript) -> set[str]:
+    """What the function assigns to the dict entry `e` (a string key): numbers, tensors made by a factory, other."""
     if not isinstance(e.slice, ast.Constant) or not isinstance(e.slice.value, str):
-        return False
-    entries = getattr(fn, "_number_entries", None)
+        return set()
+    entries = getattr(fn, "_entries", None)
     if entries is None:
-        kinds: dict[str, bool] = {}
+        entries = {}
         for n in ast.walk(fn):
             targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
             for t in targets:
                 if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant):
-                    number = isinstance(n.value, ast.Constant) and type(n.value.value) in (int, float)  # type: ignore[attr-defined]
-                    key = ast.unparse(t)
-                    kinds[key] = kinds.get(key, True) and number
-        entries = {k for k, number in kinds.items() if number}
-        fn._number_entries = entries  # type: ignore[attr-defined]
-    return ast.unparse(e) in entries
+                    v = n.value  # type: ignore[attr-defined]
+                    number = isinstance(v, ast.Constant) and type(v.value) in (int, float)
+                    made = isinstance(v, ast.Call) and bool(TENSOR_MADE.match(dotted(v.func)))
+                    entries.setdefault(ast.unparse(t), set()).add("number" if number else "tensor" if made else "other")
+        fn._entries = entries  # type: ignore[attr-defined]
+    return entries.get(ast.unparse(e), set())

@@ -115,6 +115,19 @@ def first_step(test: ast.expr) -> bool:
 
 TARGETS = re.compile(r"targets?|labels?|y|ys|tgt|gt")
 ANOMALY = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?(isnan|isinf)\(|^not .*isfinite\(")
+FINITE = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?isfinite\(")
+
+
+def anomaly_branch(n: ast.If) -> list[ast.stmt]:
+    """The branch of `n` taken only on a bad step: the body of `if torch.isnan(loss):` or `if not
+    torch.isfinite(loss):`, the `else:` of `if not torch.isnan(loss):` (whose body is every good step)."""
+    text = ast.unparse(n.test)
+    negated, core = text.startswith("not "), text.removeprefix("not ")
+    if ANOMALY.search(core) and not FINITE.search(core):
+        return n.orelse if negated else n.body
+    if FINITE.search(core):
+        return n.body if negated else n.orelse
+    return []
 
 
 class GateModel:
@@ -161,8 +174,20 @@ class GateModel:
         return cache.get(e.attr, ...)
 
     def boundary_gate(self, node: ast.If) -> bool:
-        return ((is_gate(node.test) or self._named_gate(node.test, node)) and not self.is_update_gate(node)
-                and not self._period_of_one(node.test, node))  # fmt: skip
+        return ((is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node))
+                and not self.is_update_gate(node) and not self._period_of_one(node.test, node))  # fmt: skip
+
+    def _wraps(self, node: ast.If) -> bool:
+        """`if i_batch >= rays.shape[0]: rays = rays[torch.randperm(n)]; i_batch = 0` (NeRF): a counter the loop
+        advances, reset to 0 where it reaches its end: the body runs once per pass over the data."""
+        if not (isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
+                and isinstance(node.test.ops[0], (ast.GtE, ast.Gt))):  # fmt: skip
+            return False
+        name, loop = node.test.left.id, self.enclosing_loop(node)  # type: ignore[attr-defined]
+        reset = any(isinstance(s, ast.Assign) and [dotted(t) for t in s.targets] == [name]
+                    and isinstance(s.value, ast.Constant) and s.value.value == 0 for s in node.body)  # fmt: skip
+        return reset and loop is not None and any(isinstance(a, ast.AugAssign) and dotted(a.target) == name
+                                                  for a in ast.walk(loop))  # fmt: skip
 
     def _period_of_one(self, test: ast.expr, at: ast.AST) -> bool:
         """`if (batch_num + 1) % print_modulus == 0:` with `print_modulus=1` the default of the function's
@@ -239,7 +264,7 @@ class GateModel:
                     return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
             if isinstance(n, (ast.If, ast.IfExp)) and child is not n.test and self._inference_branch(n, child):
                 return True
-            if isinstance(n, ast.If) and child in n.body and ANOMALY.search(ast.unparse(n.test)):
+            if isinstance(n, ast.If) and child is not n.test and child in anomaly_branch(n):
                 return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
             if isinstance(n, ast.If) and child in n.body and (first_step(n.test) or first_value(n)):
                 return True  # `if self.get_num_updates() == 0: torch.cuda.empty_cache()`: the first step only

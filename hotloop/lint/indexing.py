@@ -58,6 +58,10 @@ class IndexChecks:
               and not self._host(node.value)):  # fmt: skip
             message = "indexing a device tensor with a NumPy index array copies the indices to the device every step"
             self.add("HL024", node, f"`{src(node)}`: {message}; use torch.randperm(n, device=...)")
+        elif (any(self._host_index(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
+              and not self._host(node.value)):  # fmt: skip
+            message = "indexing a device tensor with an index made on the host copies it to the device every step"
+            self.add("HL024", node, f"`{src(node)}`: {message}; make it with `device=`")
         elif (any(self._built_list(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
               and not self._host(node.value)):  # fmt: skip
             message = "indexing a device tensor with a Python list copies the list to the device every step"
@@ -102,11 +106,24 @@ class IndexChecks:
     def _built_list(self, e: ast.expr) -> bool:
         """A name bound only to a list comprehension or to `t.tolist()` in this function (HALOs'
         `idx = [i for i in range(n) if keep[i]]`, `randperm(n).tolist()`): a Python list of indices, made each step."""
-        if not isinstance(e, ast.Name):
+        if not isinstance(e, (ast.Name, ast.Call)):
             return False
-        values = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
+        values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
         return bool(values) and all(isinstance(v, ast.ListComp) or isinstance(v, ast.Call) and method_name(v) ==
                                     "tolist" for v in values)  # fmt: skip
+
+    def _host_index(self, e: ast.expr) -> bool:
+        """`range(n)` (GCC's `out[range(b), range(b)]`), `torch.randperm(n)` / `torch.arange(n)` /
+        `torch.randint(...)` made without `device=`, or a name bound only to one (MixMatch's `all_inputs[idx]`)."""
+        if isinstance(e, ast.Call) and self.mi.call_name(e) == "range":
+            return True
+        if not isinstance(e, (ast.Name, ast.Call)):
+            return False
+        values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
+        return bool(values) and all(
+            isinstance(v, ast.Call) and self.mi.call_name(v) in ("torch.randperm", "torch.arange", "torch.randint")
+            and not any(k.arg == "device" for k in v.keywords) for v in values
+        )  # fmt: skip
 
     def _sampled_list(self, e: ast.expr) -> bool:
         """A loop variable drawn from a `BatchSampler` (a Python list of ints per minibatch)."""
@@ -161,6 +178,9 @@ class IndexChecks:
             return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
             return e.id in self._mask_names(node)
+        if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
+            # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so)
+            return bool(re.search(r"(^|_)mask$", e.slice.value)) and self.tensor(getattr(node, "value", node))
         return isinstance(e, ast.Call) and _bool_made(e)
 
     def _mask_names(self, node: ast.AST) -> set[str]:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
-from hotloop.lint.forks import branch_kind, counter_entry, lambda_param, narrowed_away
+from hotloop.lint.forks import branch_kind, counter_entry, lambda_param, narrowed_away, tensor_entry
 from hotloop.lint.syntax import assigned_values, constructed, dotted, is_str, method_name, read_of, target_names  # noqa: F401
 
 TENSOR_NAME = re.compile(
@@ -55,6 +55,7 @@ NOT_TENSOR_TORCH = re.compile(
     r"is_tensor|is_grad_enabled|is_floating_point|autocast|amp|backends|utils|optim|nn\.(?!functional)|"
     r"set_float32|get_default|inference_mode|jit|profiler|multiprocessing|hub|Generator|Size|dtype|finfo|iinfo)"
 )
+HYPER = ("lr", "initial_lr", "momentum", "weight_decay", "betas", "eps")  # a param group's entries: numbers
 CONFIG_NAME = re.compile(r"^(self\.)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options)$")
 TENSOR_COLLECTION = re.compile(
     r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
@@ -400,8 +401,10 @@ class KindModel:
                 return "tensor"
             return "tensor" if TENSOR_NAME.search(e.attr) else None
         if isinstance(e, ast.Subscript):
-            if counter_entry(info.node, e):
-                return "scalar"
+            if counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER:
+                return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: the optimizer's options)
+            if tensor_entry(info.node, e):
+                return "tensor"
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None
         if isinstance(e, ast.BinOp):

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
+from hotloop.lint.gates import anomaly_branch
 from hotloop.lint.structure import kw
 
 LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name given to a save helper
@@ -22,8 +23,9 @@ PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|wei
 RESULTS = re.compile(r"(results?|preds?|predictions|outputs?|features|feats|embeddings|detections|dets)([-_.{]|$)",
                      re.I)  # fmt: skip
 # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
-VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|iter|kimg|nimg|tick|acc|score|"
-                     r"loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
+ITER = r"(?<![a-z])iter|iter(?![a-z])|iteration"  # `n_iter`, `niter`, `iteration`: not `criterion`
+VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|" + ITER + r"|kimg|nimg|tick|acc|"
+                     r"score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
 
 
 def formats_a_counter(text: str) -> bool:
@@ -63,7 +65,7 @@ class SaveChecks:
         # `current_model_directory = f"{save_dir}/model_{update_step}"` just before: a new directory each save
         texts = [ast.unparse(a) + (" " + ast.unparse(v) if isinstance(a, ast.Name) and (v := self.value_before(a.id, c))
                                    is not None else "") for a in args if not isinstance(a, ast.Constant)]  # fmt: skip
-        varying = any(re.search(r"epoch|step|iter", t, re.I) for t in texts)
+        varying = any(re.search(r"epoch|step|" + ITER, t, re.I) for t in texts)
         return bool(fixed) and not varying
 
     def _checkpoint_payload(self, c: ast.Call) -> bool:
@@ -75,6 +77,11 @@ class SaveChecks:
             return True  # the file the run reads back on restart: losing it costs the run, whatever it holds
         if self._results_file(c):
             return False  # `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`: a dump
+        child, n = c, self.mi.parent.get(c)
+        while n is not None and not isinstance(n, ast.Module):
+            if isinstance(n, ast.If) and child in anomaly_branch(n):
+                return False  # `if torch.isnan(out).any(): save(state, "NaN.pth")`: a dump of a diverged model
+            child, n = n, self.mi.parent.get(n)
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted, method_name
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, is_optimizer_step, method_name, walk_local
 from hotloop.lint.structure import kw
 
 PER_BATCH_SCHED = ("OneCycleLR", "CyclicLR")
+SCHED = re.compile(r"sched", re.I)  # `scheduler.step()`, `self.lr_scheduler.step()`
 PER_EPOCH_SCHED = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "ReduceLROnPlateau")
 
 
@@ -51,6 +52,7 @@ class ScheduleChecks:
                                 mixed.add(dotted(t))
                             kinds[dotted(t)] = kind
         kinds = {k: v for k, v in kinds.items() if v and k not in mixed}
+        self._outside_update()
         for n in self.mi.nodes:
             if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
                 kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
@@ -59,6 +61,33 @@ class ScheduleChecks:
                     self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
                 elif kind == "epoch" and hot:
                     self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
+
+    def _outside_update(self) -> None:
+        """`scheduler.step()` every micro-batch beside `if i % accum_iter == 0: optimizer.step()` (the Annotated
+        Transformer): the schedule advances `accum_iter` times per update, its warmup that much too short."""
+        for n in self.mi.nodes:
+            if not (isinstance(n, ast.Call) and method_name(n) == "step" and self.mi.in_hot(n)
+                    and SCHED.search(dotted(n.func.value))):  # type: ignore[attr-defined]  # fmt: skip
+                continue
+            loop = self.mi.enclosing_loop(n)
+            gates = [g for g in walk_local(loop) if isinstance(g, ast.If) and self.mi.enclosing_loop(g) is loop
+                     and any(isinstance(o, ast.BinOp) and isinstance(o.op, ast.Mod) for o in ast.walk(g.test))
+                     and any(is_optimizer_step(c) for s in g.body for c in ast.walk(s))] if loop else []  # fmt: skip
+            if n.args or n.keywords or gates and self._one_by_default(gates[0]):
+                continue  # `step(cur_step=i)` sets the rate from the step given; `accum_iter=1` updates every step
+            if gates and not any(n in set(ast.walk(g)) for g in gates):
+                self.add("HL014", n, "the scheduler steps every micro-batch but the optimizer only every "
+                                     f"`{ast.unparse(gates[0].test)}`: step it with the optimizer")  # fmt: skip
+
+    def _one_by_default(self, gate: ast.If) -> bool:
+        """The accumulation period is 1 by default (`accum_iter: int = 1`, `--accum 1`) and no call in the file
+        passes another (the Annotated Transformer's `run_epoch(..., accum_iter=config["accum_iter"])` does)."""
+        if not self.mi._period_of_one(gate.test, gate):
+            return False
+        fn = self.mi.enclosing_function(gate)
+        names = {m.right.id for m in ast.walk(gate.test) if isinstance(m, ast.BinOp) and isinstance(m.right, ast.Name)}
+        given = [k for c in self.mi.calls_to.get(getattr(fn, "name", ""), []) for k in c.keywords if k.arg in names]
+        return all(isinstance(k.value, ast.Constant) and k.value.value == 1 for k in given)
 
     def _decays_fast(self, c: ast.Call) -> bool:
         """`ExponentialLR(opt, gamma=0.95)`: a gamma written (or a flag default) below 0.999, a per-epoch decay."""

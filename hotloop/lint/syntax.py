@@ -161,3 +161,13 @@ def block_of(parent: dict[ast.AST, ast.AST], stmt: ast.AST) -> list[ast.stmt]:
     """The statement list (a body, `else` or `finally`) that holds `stmt`; [] when it is in none."""
     holder = parent.get(stmt)
     return next((b for f in ("body", "orelse", "finalbody") if stmt in (b := getattr(holder, f, None) or [])), [])
+
+
+def copied(e: ast.expr) -> bool:
+    """`loss.detach().cpu()` somewhere down a method chain (`loss.detach().cpu().item()`): the `.cpu()` is the
+    device-to-host copy (HL007); the `.item()` after it reads a host tensor."""
+    while isinstance(e, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(e, ast.Call) and method_name(e) in ("cpu", "numpy"):
+            return True
+        e = e.func if isinstance(e, ast.Call) else e.value
+    return False

@@ -168,3 +168,178 @@ def test_a_call_through_a_dict_of_methods_calls_each_of_them():
     """
     assert (7, "HL001") in found(src)
     assert (7, "HL001") not in found(src.replace('"TransE": self.TransE, ', ""))
+
+
+STEP = """
+import math
+import torch
+
+def train(model, loader, opt, scheduler, accum_iter=1):
+    for i, (x, y) in enumerate(loader):
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        out = model(x)
+        loss = (out - y).pow(2).mean()
+        loss.backward()
+        {body}
+"""
+
+
+def step(body: str) -> list[tuple[int, str]]:
+    return found(STEP.format(body=textwrap.indent(textwrap.dedent(body), " " * 8).lstrip()))
+
+
+def test_the_good_branch_of_a_nan_test_runs_every_step():
+    """TabPFN: `if not torch.isnan(loss): total += losses.mean().cpu().detach().item()` is every good step, not
+    the anomaly path; the `else:` of it (and the body of `if torch.isnan(loss):`) is."""
+    body = """
+    opt.step()
+    if not torch.isnan(loss):
+        total = out.mean().cpu()
+    else:
+        bad = out.mean().cpu()
+    if torch.isnan(loss):
+        bad = out.sum().cpu()
+    """
+    hits = step(body)
+    assert (13, "HL007") in hits
+    assert (15, "HL007") not in hits and (17, "HL007") not in hits
+
+
+def test_an_item_after_cpu_is_one_read_reported_as_the_copy():
+    """TabPFN's `losses.mean().cpu().detach().item()`: the `.cpu()` is the device-to-host copy (HL007); the
+    `.item()` reads a host tensor and is not a second finding."""
+    hits = step("opt.step()\ntotal = loss.mean().cpu().detach().item()")
+    assert (12, "HL007") in hits and (12, "HL001") not in hits
+    assert (12, "HL001") in step("opt.step()\ntotal = loss.detach().item()")
+
+
+def test_a_mask_kept_in_the_batch_dict_is_a_boolean_index():
+    """recurrent-ppo-truncated-bptt: `value[samples["loss_mask"]]` is boolean-mask indexing (HL006); a dict
+    entry not named a mask (`samples["index"]`) is not judged."""
+    hits = step('opt.step()\nsamples = {"loss_mask": y > 0}\nkept = out[samples["loss_mask"]]\nidx = out[samples["index"]]')
+    assert (13, "HL006") in hits and (14, "HL006") not in hits
+
+
+def test_indexing_a_device_tensor_with_a_host_made_index():
+    """MixMatch: `idx = torch.randperm(n)` (no `device=`) then `inputs[idx]`; GCC: `out[range(b), range(b)]`;
+    `out[torch.arange(b), y]`. Each copies its index to the device every step. Made with `device=`, nothing."""
+    body = """
+    opt.step()
+    idx = torch.randperm(x.size(0))
+    mixed = out[idx]
+    diag = out[range(x.size(0)), range(x.size(0))]
+    picked = out[torch.arange(x.size(0)), y]
+    kept = out[torch.arange(x.size(0), device=x.device), y]
+    """
+    hits = step(body)
+    assert {(13, "HL024"), (14, "HL024"), (15, "HL024")} <= set(hits)
+    assert (16, "HL024") not in hits
+
+
+def test_a_save_on_the_nan_path_is_a_dump_not_the_checkpoint():
+    """D-FINE: `if torch.isnan(out).any(): save_on_master(state, "./NaN.pth")` writes the diverged model for
+    debugging; a fixed-path save on the normal path is still in place."""
+    body = """
+    opt.step()
+    if torch.isnan(out).any():
+        torch.save(model.state_dict(), "./NaN.pth")
+    torch.save(model.state_dict(), "last.pth")
+    """
+    hits = step(body)
+    assert (14, "HL021") in hits and (13, "HL021") not in hits
+
+
+def test_a_param_groups_learning_rate_is_a_number():
+    """voxceleb_trainer: `max([x["lr"] for x in trainer.__optimizer__.param_groups])` compares Python floats."""
+    body = """
+    opt.step()
+    lrs = [x["lr"] for x in trainer.__optimizer__.param_groups]
+    print(max(lrs))
+    top = max([out.max(), y.max()])
+    """
+    hits = step(body)
+    assert (13, "HL004") not in hits and (14, "HL004") in hits
+
+
+def test_a_scheduler_stepped_every_micro_batch_beside_an_accumulation_gate():
+    """The Annotated Transformer: `scheduler.step()` every micro-batch while `optimizer.step()` runs under `if i
+    % accum_iter == 0`, and a same-file call passes `accum_iter=10`. With the period 1 everywhere, or a step
+    that passes its own position (`step(cur_step=i)`, MiniGPT-4), there is no claim."""
+    src = """
+    import torch
+
+    def run_epoch(model, loader, opt, scheduler, accum_iter=1):
+        for i, (x, y) in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).mean() / accum_iter
+            loss.backward()
+            if i % accum_iter == 0:
+                opt.step()
+                opt.zero_grad()
+            scheduler.step({arg})
+
+    def main(model, loader, opt, scheduler):
+        run_epoch(model, loader, opt, scheduler, accum_iter={accum})
+    """
+    assert (11, "HL014") in found(src.format(arg="", accum=10))
+    assert (11, "HL014") not in found(src.format(arg="", accum=1))
+    assert (11, "HL014") not in found(src.format(arg="cur_step=i", accum=10))
+
+
+def test_a_counter_wrapped_to_zero_marks_the_end_of_a_pass():
+    """NeRF: `if i_batch >= rays.shape[0]: rays = rays[torch.randperm(n)]; i_batch = 0`: the reshuffle runs
+    once per pass over the data, not every step."""
+    src = """
+    import torch
+
+    def train(data, model, opt, n_rand, steps):
+        rays = torch.Tensor(data).to("cuda")
+        i_batch = 0
+        for it in range(steps):
+            batch = rays[i_batch:i_batch + n_rand]
+            loss = model(batch).mean()
+            loss.backward()
+            opt.step()
+            i_batch += n_rand
+            if i_batch >= rays.shape[0]:
+                rand_idx = torch.randperm(rays.shape[0])
+                rays = rays[rand_idx]
+                i_batch = {reset}
+    """
+    assert (15, "HL024") not in found(src.format(reset=0))
+    assert (15, "HL024") in found(src.format(reset="i_batch - rays.shape[0]"))
+
+
+def test_a_criterion_argument_does_not_name_an_iteration(tmp_path: Path):
+    """FEDformer / Informer / Time-Series-Library: `early_stopping(vali_loss, model, path)` whose
+    `EarlyStopping.__call__` saves over `path + "/checkpoint.pth"`; `vali_loss = self.vali(data, loader,
+    criterion)` is not a per-iteration name ("crITERion" once read as one)."""
+    tools = """
+    import torch
+
+    class EarlyStopping:
+        def __init__(self, patience=7):
+            self.best = None
+
+        def __call__(self, val_loss, model, path):
+            if self.best is None or val_loss < self.best:
+                self.best = val_loss
+                self.save_checkpoint(model, path)
+
+        def save_checkpoint(self, model, path):
+            torch.save(model.state_dict(), path + "/checkpoint.pth")
+    """
+    script = """
+    import torch
+    from tools import EarlyStopping
+
+    def train(model, loader, opt, criterion, path, epochs):
+        early_stopping = EarlyStopping(patience=3)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+                loss.backward()
+                opt.step()
+            vali_loss = vali(model, loader, criterion)
+            early_stopping(vali_loss, model, path)
+    """
+    assert (13, "HL021") in _project(tmp_path, {"tools.py": tools}, script)
