@@ -41,12 +41,11 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     FunctionInfo,
     KindModel,
     assigned_values,
-    constructed,
     dotted,
     method_name,
     target_names,
 )
-from hotloop.lint.syntax import derives, method_of, walk_local  # noqa: F401 (walk_local re-exported)
+from hotloop.lint.syntax import constructed, derives, method_of, walk_local  # noqa: F401 (re-exported)
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop

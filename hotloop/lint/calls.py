@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.kinds import assigned_values, constructed, dotted
-from hotloop.lint.syntax import derives, method_of, walk_local
+from hotloop.lint.syntax import assigned_values, constructed, derives, dotted, method_of, walk_local
 
 
 class CallModel:

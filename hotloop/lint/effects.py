@@ -26,6 +26,7 @@ from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
+from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import ITER, formats_a_counter
 from hotloop.lint.syntax import block_of, param_defaults
 
@@ -34,7 +35,7 @@ MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
 DEPTH = 2  # files followed from the linted script: its helpers, and theirs
-_EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple[str, int, str, bool, str, bool]]] = {}
+_EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple]] = {}  # effects: 7-tuples; saves_in: 6-tuples
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
 
 
@@ -223,8 +224,9 @@ def _carried(mi: ModuleInfo, h: Any, hits: list[Any]) -> bool:
 
 def effects(
     file: Path, name: str, device_code: bool, depth: int = DEPTH
-) -> list[tuple[str, int, str, bool, str, bool]]:
-    """(code, line, message, only if given a tensor, copies host-made data, hot in the file's own loops) of
+) -> list[tuple[str, int, str, bool, str, bool, Mode | None]]:
+    """(code, line, message, only if given a tensor, copies host-made data, hot in the file's own loops, the
+    parameter test it sits under) of
     each read that calling `name` every step adds inside `file` (and, with `depth` left, in the project
     files its hot code calls). A read the file's own loops make hot is reported when that file is linted."""
     from hotloop.lint.checks import Checker
@@ -241,13 +243,14 @@ def effects(
             # waits for the device anyway: its read is the finding, not the copy.
             read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}
             own = getattr(mi, "own_hot", set())
+            entry = find_def(mi.tree, defining(file, name)[1])
             _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node),
-                              "host" if made[id(h)] else "param" if moves[id(h)] else "", _inside(mi, h.node, own))
-                             for h in kept
+                              "host" if made[id(h)] else "param" if moves[id(h)] else "", _inside(mi, h.node, own),
+                              mode_of(mi, entry, h.node)) for h in kept
                              if not (made[id(h)] and _assigned_to(mi, h.node) & read)]  # fmt: skip
             if depth > 1 and mi is not None:
                 seen = {(line, code) for code, line, *_ in _EFFECTS[key]}
-                _EFFECTS[key] += [(code, c.lineno, message, False, False, _inside(mi, c, own)) for code, c, message
+                _EFFECTS[key] += [(code, c.lineno, message, False, "", _inside(mi, c, own), None) for code, c, message
                                   in hot_call_hits(mi, Project.of(mi), seen, depth - 1, getattr(mi, "made", set()))
                                   if not _switched(mi, c) and not _once(mi, c)]  # fmt: skip
     return _EFFECTS[key]
@@ -470,8 +473,10 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
         where = relative(project, defined)
         linted = str(defined.resolve()) in LINTED
         given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
-        for code, line, message, if_tensor, host_made, own in effects(file, name, mi.device_code, depth):
+        for code, line, message, if_tensor, host_made, own, mode in effects(file, name, mi.device_code, depth):
             if (c.lineno, code) in seen or code == "HL012" and not (MOVER.search(name) or host_made):
+                continue
+            if passes_other(c, mode):  # `model(..., mode="train_cf")`: the read is in the `update_att` branch
                 continue
             if own and linted:  # the helper's file is linted too, and reports this read itself
                 continue

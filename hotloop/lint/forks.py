@@ -116,3 +116,16 @@ def _entries(fn: ast.AST, e: ast.Subscript) -> set[str]:
                     entries.setdefault(ast.unparse(t), set()).add("number" if number else "tensor" if made else "other")
         fn._entries = entries  # type: ignore[attr-defined]
     return entries.get(ast.unparse(e), set())
+
+
+def captured_kind(model: Any, name: str, info: Any) -> str | None:
+    """A nested function's free variable (`def log_stats(): log(loss)`) has the kind the enclosing
+    function gave it last before the `def`."""
+    fn = info.node
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or name in {a.arg for a in fn.args.args}:
+        return None
+    outer = model.enclosing_function(fn)
+    if outer is None or outer is fn or isinstance(outer, ast.Module):
+        return None
+    before = [k for line, k in model.info_of(outer).history.get(name, ()) if line < fn.lineno and k != "none"]
+    return before[-1] if before else None

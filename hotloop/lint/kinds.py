@@ -18,8 +18,17 @@ import re
 from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
-from hotloop.lint.forks import branch_kind, counter_entry, lambda_param, narrowed_away, tensor_entry
-from hotloop.lint.syntax import assigned_values, constructed, dotted, is_str, method_name, read_of, target_names  # noqa: F401
+from hotloop.lint.forks import branch_kind, captured_kind, counter_entry, lambda_param, narrowed_away, tensor_entry
+from hotloop.lint.syntax import (
+    assigned_values,
+    dotted,
+    is_str,
+    method_name,
+    read_of,
+    refers,
+    target_names,
+    zeroed,
+)  # noqa: F401
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
@@ -133,7 +142,9 @@ class KindModel:
                     targets = [t for t in targets if not by_position or not isinstance(t, ast.Tuple)]
                     for t in targets:
                         if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):  # `self.cur_loss = l.item()`
-                            history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else kind))
+                            # `self.avg = self.avg * (1 - f) + now * f`: what it adds decides, not its name
+                            k = self.kind(zeroed(value, dotted(t)), info) if refers(value, dotted(t)) else kind
+                            history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else k))
                         for name in target_names(t):
                             k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
                             history.setdefault(name, []).append((n.lineno, "none" if placeholder else k))
@@ -277,18 +288,6 @@ class KindModel:
         finally:
             self._in_progress.discard(fn)
 
-    def _captured(self, name: str, info: FunctionInfo) -> str | None:
-        """A nested function's free variable (`def log_stats(): log(loss)`) has the kind the enclosing
-        function gave it last before the `def`."""
-        fn = info.node
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or name in {a.arg for a in fn.args.args}:
-            return None
-        outer = self.enclosing_function(fn)  # type: ignore[attr-defined]
-        if outer is None or outer is fn or isinstance(outer, ast.Module):
-            return None
-        before = [k for line, k in self.info_of(outer).history.get(name, ()) if line < fn.lineno and k != "none"]
-        return before[-1] if before else None
-
     def _unpacked(self, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
         """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
         name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
@@ -380,7 +379,7 @@ class KindModel:
             if e.id in info.scalars and e.id not in info.tensors:
                 return "scalar"
             if not before and e.id not in info.tensors:
-                captured = self._captured(e.id, info)
+                captured = captured_kind(self, e.id, info)
                 if captured is not None:
                     return captured
             return "tensor" if info.is_tensor_name(e.id) else None

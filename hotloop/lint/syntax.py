@@ -5,6 +5,7 @@ call graph (`analysis.py`), gates and the cross-file pass."""
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -171,3 +172,17 @@ def copied(e: ast.expr) -> bool:
             return True
         e = e.func if isinstance(e, ast.Call) else e.value
     return False
+
+
+def refers(value: ast.expr, name: str) -> bool:
+    return any(isinstance(x, ast.Attribute) and dotted(x) == name for x in ast.walk(value))
+
+
+def zeroed(value: ast.expr, name: str) -> ast.expr:
+    """`value` with each `name` (`self.avg_loss`) in it replaced by 0: the kind of what the update adds."""
+
+    class Zero(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+            return ast.Constant(0) if dotted(node) == name else self.generic_visit(node)
+
+    return Zero().visit(copy.deepcopy(value))

@@ -343,3 +343,69 @@ def test_a_criterion_argument_does_not_name_an_iteration(tmp_path: Path):
             early_stopping(vali_loss, model, path)
     """
     assert (13, "HL021") in _project(tmp_path, {"tools.py": tools}, script)
+
+
+KGAT = """
+import torch
+from torch import nn
+
+class KGAT(nn.Module):
+    def calc_cf_loss(self, u, pos, neg):
+        return (self.emb(u) * (self.emb(pos) - self.emb(neg))).sum()
+
+    def update_attention(self, heads):
+        att = self.att(heads)
+        return att.cpu()
+
+    def forward(self, *input, mode):
+        if mode == "train_cf":
+            return self.calc_cf_loss(*input)
+        if mode == "update_att":
+            return self.update_attention(*input)
+"""
+
+KGAT_TRAIN = """
+import torch
+from model import KGAT
+
+def train(loader, opt, epochs, heads):
+    model = KGAT().cuda()
+    for epoch in range(epochs):
+        for u, pos, neg in loader:
+            loss = model(u.cuda(non_blocking=True), pos, neg, mode="{mode}")
+            loss.backward()
+            opt.step()
+"""
+
+
+def test_a_constant_mode_argument_selects_the_helpers_branch(tmp_path: Path):
+    """KGAT: `model(u, pos, neg, mode='train_cf')` runs `forward`'s `if mode == 'train_cf':` branch only; the
+    `.cpu()` in `update_attention` (the `update_att` branch, once per epoch) is not this call's."""
+    assert (9, "HL007") not in _project(tmp_path, {"model.py": KGAT}, KGAT_TRAIN.format(mode="train_cf"))
+    assert (9, "HL007") in _project(tmp_path, {"model.py": KGAT}, KGAT_TRAIN.format(mode="update_att"))
+
+
+def test_a_running_average_of_read_values_is_a_number():
+    """RWKV-v4: `self.avg_loss = now_loss` then `self.avg_loss = self.avg_loss * (1 - f) + now_loss * f` with
+    `now_loss` summed from `.item()` reads: a Python float, whatever its name says; averaging a tensor keeps a
+    tensor."""
+    src = """
+    import math
+    import torch
+
+    class Trainer:
+        def train(self, model, loader, opt):
+            for it, (x, y) in enumerate(loader):
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                opt.step()
+                now_loss = {now}
+                if self.avg_loss < 0:
+                    self.avg_loss = now_loss
+                else:
+                    f = 1.0 / (it + 1)
+                    self.avg_loss = self.avg_loss * (1.0 - f) + now_loss * f
+                print(f"ppl {{math.exp(self.avg_loss):.4f}}")
+    """
+    assert all(c not in ("HL005", "HL001", "HL002") for _, c in found(src.format(now="loss.item()")) if _ != 11)
+    assert (12, "HL005") in found(src.format(now="loss.detach()"))
