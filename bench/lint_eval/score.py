@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from hotloop.lint import lint_source  # noqa: E402
-from hotloop.lint.effects import linting  # noqa: E402
+from hotloop.lint.callers import linting  # noqa: E402
 
 
 def load_labels(only: list[str] | None = None) -> list[dict]:

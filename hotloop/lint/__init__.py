@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo
+from hotloop.lint.callers import linting
 from hotloop.lint.checks import Edit, check
-from hotloop.lint.effects import linting
 from hotloop.lint.rules import RULES, explain
 
 __all__ = ["Finding", "FixReport", "RULES", "explain", "fix_report", "fix_source", "lint_paths", "lint_source",

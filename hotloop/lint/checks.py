@@ -21,10 +21,10 @@ from hotloop.lint.analysis import (
     walk_local,
 )
 from hotloop.lint.branches import BranchChecks, is_test, never_runs
+from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import env_step
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
-from hotloop.lint.imports import remote_steps
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks, loader_class
 from hotloop.lint.provenance import HostProvenance, moves_to_device
@@ -482,11 +482,9 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     torch_code = bool(TORCH_CODE.search(mi.source))
     if not torch_code and not any(isinstance(n, (ast.For, ast.While)) for n in mi.nodes):
         return
-    driver = False  # SPADE's train.py imports no torch: its steps are its trainer's, in another file
-    for epochs in (False, True):
-        if steps := remote_steps(mi, epochs):
-            mi.mark_steps(steps, epochs)
-            driver = not torch_code
+    # SPADE's train.py imports no torch: its steps are its trainer's, in another file
+    driver = mark_remote(mi) and not torch_code
+    mark_called(mi)
     if not (torch_code or driver):
         return
     hits = Checker(mi).run()

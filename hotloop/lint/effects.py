@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
@@ -36,18 +37,6 @@ NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: 
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
 DEPTH = 2  # files followed from the linted script: its helpers, and theirs
 _EFFECTS: dict[tuple[str, float, str, bool, int], list[tuple]] = {}  # effects: 7-tuples; saves_in: 6-tuples
-LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
-
-
-@contextmanager
-def linting(files: list[Path]) -> Iterator[None]:
-    """Within: `files` are one lint run, so a helper's read that its own file's lint reports is not repeated
-    at the call sites of the other files (linted alone, a script gets every read of its helpers)."""
-    LINTED.update(str(f.resolve()) for f in files)
-    try:
-        yield
-    finally:
-        LINTED.clear()
 
 
 def _inside(mi: ModuleInfo, node: ast.AST, fns: set[ast.AST]) -> bool:
@@ -469,9 +458,11 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
         acts = not_a_step(name)
         if acts and not ACTS.search(name.rpartition(".")[2]):
             continue
-        defined = defining(file, name)[0]
+        defined, own_name = defining(file, name)
         where = relative(project, defined)
         linted = str(defined.resolve()) in LINTED
+        if linted and called_hot(defined, own_name):
+            continue  # the helper's file is linted too, with this function made hot there: it reports its reads
         given: bool | None = None  # whether the call passes a tensor, looked up once when it matters
         for code, line, message, if_tensor, host_made, own, mode in effects(file, name, mi.device_code, depth):
             if (c.lineno, code) in seen or code == "HL012" and not (MOVER.search(name) or host_made):

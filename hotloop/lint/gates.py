@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults
+from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults, walk_local
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
@@ -174,8 +174,44 @@ class GateModel:
         return cache.get(e.attr, ...)
 
     def boundary_gate(self, node: ast.If) -> bool:
-        return ((is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node))
-                and not self.is_update_gate(node) and not self._period_of_one(node.test, node))  # fmt: skip
+        opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)
+        return opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
+
+    def _gated_value(self, node: ast.If) -> bool:
+        """`storer = self._pre_call(is_train, storer)` then `if storer is not None:` (disentangling-vae): the
+        same-file helper hands back None except under its own `n % record_every == 1` test: a log gate. Also
+        in a function given that value (`_kl_normal_loss(mean, logvar, storer)`) for the parameter tested."""
+        t = node.test
+        if not (isinstance(t, ast.Compare) and isinstance(t.ops[0], ast.IsNot) and isinstance(t.left, ast.Name)):
+            return False
+        return self._gated_name(t.left.id, self.enclosing_function(node), 1)  # type: ignore[attr-defined]
+
+    def _gated_name(self, name: str, fn: ast.AST, depth: int) -> bool:
+        values = assigned_values(name, walk_local(fn))
+        helpers = [f for v in values if isinstance(v, ast.Call) for f in self.targets_of(v)]  # type: ignore[attr-defined]
+        if helpers:
+            return all(any(isinstance(i, ast.If) and is_gate(i.test) for i in walk_local(f))
+                       and any(isinstance(a, (ast.Assign, ast.Return)) and isinstance(a.value, ast.Constant)
+                               and a.value.value is None for a in walk_local(f)) for f in helpers)  # fmt: skip
+        args = getattr(fn, "args", None)
+        params = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None and not values else []
+        if depth == 0 or name not in params:
+            return False
+        given = []
+        for c in self.calls_to.get(fn.name, []):  # type: ignore[attr-defined]
+            shift = 1 if params[:1] == ["self"] and isinstance(c.func, ast.Attribute) else 0
+            k = next((k.value for k in c.keywords if k.arg == name), None)
+            i = params.index(name) - shift
+            stars = [j for j, a in enumerate(c.args) if isinstance(a, ast.Starred)]
+            if stars:  # `_kl_normal_loss(*latent_dist, storer)`: what follows the star fills the last parameters
+                i = (
+                    len(c.args) - (len(params) - params.index(name))
+                    if i >= len(params) - len(c.args[stars[-1] + 1 :])
+                    else -1
+                )
+            given.append(k if k is not None else c.args[i] if 0 <= i < len(c.args) else None)
+        return bool(given) and all(isinstance(g, ast.Name) and self._gated_name(
+            g.id, self.enclosing_function(g), depth - 1) for g in given)  # type: ignore[attr-defined]  # fmt: skip
 
     def _wraps(self, node: ast.If) -> bool:
         """`if i_batch >= rays.shape[0]: rays = rays[torch.randperm(n)]; i_batch = 0` (NeRF): a counter the loop

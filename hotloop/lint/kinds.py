@@ -490,4 +490,7 @@ class KindModel:
             return "tensor"  # Python sum of tensors is a tensor
         if isinstance(e.func, ast.Name) and self._module_instance(e.func.id):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
+        cls = getattr(self, "instances", {}).get(dotted(e.func))  # `self.D = Discriminator(...)` ... `self.D(x)`
+        if cls is not None and any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in cls.body):
+            return "tensor"
         return None

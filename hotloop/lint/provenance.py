@@ -16,6 +16,8 @@ from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_na
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 
+MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda)$")
+
 
 def moves_to_device(c: ast.Call) -> bool:
     """`.cuda()`, `.to(device)`, `.to(self.device)`, `.to(x)` (another tensor's device), `.to(device=...)`; not
@@ -93,6 +95,10 @@ class HostProvenance:
             fn = self.mi.enclosing_function(e)
             if self._moved_later(e, fn):
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
+            if not any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in
+                       {x for t in getattr(n, "targets", [getattr(n, "target", None)]) if t for x in target_names(t)}
+                       for n in walk_local(fn)) and self._host_param(e, fn, depth):  # fmt: skip
+                return True  # a parameter, read before anything is assigned to it: what the callers pass
             values = []
             for n in walk_local(fn):
                 if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == e.id:
@@ -123,8 +129,8 @@ class HostProvenance:
                 return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
             if name.count(".") == 1 and name[6:] in self.LEGACY:
                 return "set_default_tensor_type" not in self.mi.source
-            if meth in ("pin_memory", "cpu", "numpy"):
-                return True
+            if meth in ("pin_memory", "cpu", "numpy") or name.split(".")[0] in ("np", "numpy"):
+                return True  # (NumPy computes on the host: `np.random.rand(s, b) <= p` is a host mask)
             if re.search(r"(^|_|2)(cpu|numpy|np)$", name.split(".")[-1]) and not meth:  # `to_cpu(loss)` helpers
                 return True
             moves = meth == "to" and moves_to_device(e)
@@ -152,9 +158,28 @@ class HostProvenance:
             v = n.value
             moves = isinstance(v, ast.Call) and moves_to_device(v)
             base = v.func.value if moves else None  # type: ignore[union-attr]
-            if line < n.lineno and isinstance(base, ast.Name) and base.id == e.id:
+            # `x, y, lengths = to_cuda(x, y, lengths)` (XLM): a mover helper given the very name
+            given = isinstance(v, ast.Call) and MOVER_FN.search(dotted(v.func).rpartition(".")[2]) and any(
+                isinstance(a, ast.Name) and a.id == e.id for a in v.args)  # fmt: skip
+            if line < n.lineno and (isinstance(base, ast.Name) and base.id == e.id or given):
                 return not any(line < m.lineno < n.lineno for m in assigns)
         return False
+
+    def _host_param(self, e: ast.Name, fn: ast.AST, depth: int) -> bool:
+        """A parameter every same-file call passes a host value for (XLM's `self.mask_out(x, lengths)`, called
+        before `to_cuda(x, ...)`)."""
+        args = getattr(fn, "args", None)
+        params = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None else []
+        if e.id not in params or depth > 4:
+            return False
+        given = []
+        for c in self.mi.calls_to.get(getattr(fn, "name", ""), []):
+            shift = 1 if params[:1] == ["self"] and isinstance(c.func, ast.Attribute) else 0
+            i = params.index(e.id) - shift
+            k = next((k.value for k in c.keywords if k.arg == e.id), None)
+            starred = any(isinstance(a, ast.Starred) for a in c.args)
+            given.append(k if k is not None else c.args[i] if 0 <= i < len(c.args) and not starred else None)
+        return bool(given) and all(g is not None and self._host(g, depth + 1) for g in given)
 
     def legacy_cuda_copies(self, c: ast.Call, meth: str | None) -> None:
         """In hot code: `imgs.type(Tensor)` with a CUDA tensor type copies the batch blocking (HL012);

@@ -216,7 +216,9 @@ def test_an_item_after_cpu_is_one_read_reported_as_the_copy():
 def test_a_mask_kept_in_the_batch_dict_is_a_boolean_index():
     """recurrent-ppo-truncated-bptt: `value[samples["loss_mask"]]` is boolean-mask indexing (HL006); a dict
     entry not named a mask (`samples["index"]`) is not judged."""
-    hits = step('opt.step()\nsamples = {"loss_mask": y > 0}\nkept = out[samples["loss_mask"]]\nidx = out[samples["index"]]')
+    hits = step(
+        'opt.step()\nsamples = {"loss_mask": y > 0}\nkept = out[samples["loss_mask"]]\nidx = out[samples["index"]]'
+    )
     assert (13, "HL006") in hits and (14, "HL006") not in hits
 
 
@@ -409,3 +411,131 @@ def test_a_running_average_of_read_values_is_a_number():
     """
     assert all(c not in ("HL005", "HL001", "HL002") for _, c in found(src.format(now="loss.item()")) if _ != 11)
     assert (12, "HL005") in found(src.format(now="loss.detach()"))
+
+
+def test_a_same_file_module_instance_returns_tensors():
+    """pytorch-wgan: `self.D = Discriminator(...)` (a same-file class with a `forward`), then `d_loss_real =
+    self.D(images).mean()` after `d_loss_real = 0` before the loop: the f-string prints a tensor every step."""
+    src = """
+    import torch
+    from torch import nn
+
+    class Discriminator(nn.Module):
+        def forward(self, x):
+            return self.main(x)
+
+    class WGAN:
+        def __init__(self):
+            self.D = Discriminator().cuda()
+
+        def train(self, loader, opt):
+            d_loss_real = 0
+            for images in loader:
+                d_loss_real = self.D(images.cuda(non_blocking=True))
+                d_loss_real = d_loss_real.mean()
+                d_loss_real.backward()
+                opt.step()
+                print(f"loss_real: {d_loss_real}")
+    """
+    assert (20, "HL002") in found(src)
+    assert (20, "HL002") not in found(
+        src.replace("class Discriminator(nn.Module)", "class Discriminator").replace("def forward", "def run")
+    )
+
+
+def test_a_value_a_helper_hands_back_only_at_a_log_step_is_a_gate():
+    """disentangling-vae: `storer = self._pre_call(is_train, storer)` returns None except when `n %
+    record_every == 1`; `if storer is not None: storer['loss'].append(loss.item())` runs at that boundary, also
+    inside `_kl_normal_loss(*latent_dist, storer)` that it is handed to. A helper with no gate in it decides
+    nothing."""
+    src = """
+    import torch
+
+    def _kl_normal_loss(mean, logvar, storer=None):
+        kl = (mean.pow(2) + logvar.exp()).mean()
+        if storer is not None:
+            storer["kl"].append(kl.item())
+        return kl
+
+    class Loss:
+        def _pre_call(self, is_train, storer):
+            self.n += 1
+            if {test}:
+                return storer
+            return None
+
+        def __call__(self, recon, latent_dist, storer):
+            storer = self._pre_call(True, storer)
+            loss = recon.mean() + _kl_normal_loss(*latent_dist, storer)
+            if storer is not None:
+                storer["loss"].append(loss.item())
+            return loss
+
+    def train(model, loader, opt, storer):
+        loss_f = Loss()
+        for x in loader:
+            loss = loss_f(model(x.cuda(non_blocking=True)), model.latent, storer)
+            loss.backward()
+            opt.step()
+    """
+    gated = found(src.format(test="self.n % self.record_every == 1"))
+    assert (7, "HL001") not in gated and (21, "HL001") not in gated
+    every = found(src.format(test="is_train"))
+    assert (7, "HL001") in every and (21, "HL001") in every
+
+
+XLM_TRAINER = """
+import numpy as np
+import torch
+from utils import to_cuda
+
+class Trainer:
+    def mask_out(self, x, lengths):
+        pred_mask = torch.from_numpy((np.random.rand(*x.size()) <= 0.15).astype(np.uint8))
+        n = pred_mask.sum().item()
+        return x, pred_mask
+
+    def mlm_step(self, x, lengths):
+        x, pred_mask = self.mask_out(x, lengths)
+        x, pred_mask, lengths = to_cuda(x, pred_mask, lengths)
+        loss = self.model(x, pred_mask).mean()
+        self.stats.append(loss.item())
+        self.optimize(loss)
+
+    def optimize(self, loss):
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+"""
+
+XLM_UTILS = """
+def to_cuda(*args):
+    return [None if x is None else x.cuda() for x in args]
+"""
+
+XLM_TRAIN = """
+import torch
+from trainer import Trainer
+
+def main(params, batches):
+    trainer = Trainer()
+    for epoch in range(params.epochs):
+        for x, lengths in batches:
+            trainer.mlm_step(x, lengths)
+"""
+
+
+def test_a_method_another_linted_file_calls_every_step_reports_in_its_own_file(tmp_path: Path):
+    """XLM: `train.py` calls `trainer.mlm_step(...)` in its loop; `xlm/trainer.py` is linted
+    in the same run. The step's `loss.item()` is reported once, in trainer.py where it is written, and the
+    reads `mask_out` makes on the host batch (before `to_cuda`) are not device syncs. Linted alone, train.py
+    gets the read at its call site."""
+    (tmp_path / "README.md").write_text("x\n")
+    for name, text in {"trainer.py": XLM_TRAINER, "utils.py": XLM_UTILS, "train.py": XLM_TRAIN}.items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    both = [(Path(f.path).name, f.line, f.code) for f in lint_paths([tmp_path / "train.py", tmp_path / "trainer.py"])]
+    assert ("trainer.py", 16, "HL001") in both
+    assert ("trainer.py", 9, "HL001") not in both
+    assert not any(name == "train.py" and code == "HL001" for name, _, code in both)
+    alone = [(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])]
+    assert (9, "HL001") in alone

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 from hotloop.lint import lint_source
-from hotloop.lint.effects import linting
+from hotloop.lint.callers import linting
 
 FIT = """
 import os

@@ -1,0 +1,91 @@
+"""Steps across the files of one lint run. A function that another linted file calls every step (XLM's
+`train.py` calling `trainer.mlm_step(...)` in its loop, FixMatch's `forward_backward` reached from its base
+trainer) is hot in its own file too, so its reads are reported once, where they are written; the caller's
+cross-file pass leaves them to it. A script linted alone still gets each helper's reads at its call site.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from hotloop.lint.analysis import ModuleInfo
+from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
+
+HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
+LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
+LOOPS = re.compile(r"^\s*(for|while)\s", re.M)
+
+
+@contextmanager
+def linting(files: list[Path]) -> Iterator[None]:
+    """Within: `files` are one lint run, so a helper's read that its own file's lint reports is not repeated
+    at the call sites of the other files (linted alone, a script gets every read of its helpers), and what
+    the files call of each other every step is hot in its own file."""
+    LINTED.update(str(f.resolve()) for f in files)
+    try:
+        if len(files) > 1:
+            collect([mi for f in files if (mi := _analysed(f)) is not None], LINTED)
+        yield
+    finally:
+        LINTED.clear()
+        HOT_CALLED.clear()
+
+
+def _analysed(f: Path) -> ModuleInfo | None:
+    """The file's own analysis, if it has loops (a driver script importing no torch, XLM's `train.py`, calls
+    its trainer's steps in them)."""
+    try:
+        source = f.read_text(encoding="utf-8-sig")
+        if not LOOPS.search(source):
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            return ModuleInfo(ast.parse(source, filename=str(f)), source, str(f))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+
+
+def mark_remote(mi: ModuleInfo) -> bool:
+    """Mark the loops that call a step (or epoch) function of another project file; whether any was."""
+    marked = False
+    for epochs in (False, True):
+        if steps := remote_steps(mi, epochs):
+            mi.mark_steps(steps, epochs)
+            marked = True
+    return marked
+
+
+def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
+    """Record, for the run's files, the functions the other files call from their hot regions."""
+    HOT_CALLED.clear()
+    for mi in analysed:
+        project = Project.of(mi)
+        if not (project.names or project.modules):
+            continue
+        mark_remote(mi)
+        for c in mi.nodes:
+            if not isinstance(c, ast.Call) or not mi.in_hot(c) or (target := project.callee(c)) is None:
+                continue
+            file, name = defining(*target)
+            here = str(file.resolve())
+            if here in linted and here != str(Path(mi.path).resolve()) and not not_a_step(name):
+                HOT_CALLED.setdefault(here, set()).add(name)
+
+
+def called_hot(file: Path, name: str) -> bool:
+    """`name` of `file` is made hot in its own lint by a caller in this run."""
+    return name in HOT_CALLED.get(str(file.resolve()), ())
+
+
+def mark_called(mi: ModuleInfo) -> None:
+    """Make hot, in `mi`'s own analysis, what the run's other files call every step."""
+    names = HOT_CALLED.get(str(Path(mi.path).resolve()), ()) if mi.path and not mi.path.startswith("<") else ()
+    fns = [fn for n in sorted(names) if (fn := find_def(mi.tree, n)) is not None]
+    if fns:
+        mi.device_code = True  # its callers move data to the device for it
+        mi.propagate(*fns)
