@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hotloop.lint.analysis import ModuleInfo
+from hotloop.lint.analysis import ModuleInfo, dotted
 from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
 
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
-LOOPS = re.compile(r"^\s*(for|while)\s", re.M)
+LOOPS = re.compile(r"^\s*(for|while)\s|^class ", re.M)  # loops, or classes that may inherit them
 
 
 @contextmanager
@@ -68,6 +68,7 @@ def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
         if not (project.names or project.modules):
             continue
         mark_remote(mi)
+        _inherited(mi, linted)
         for c in mi.nodes:
             if not isinstance(c, ast.Call) or not mi.in_hot(c) or (target := project.callee(c)) is None:
                 continue
@@ -75,6 +76,45 @@ def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
             here = str(file.resolve())
             if here in linted and here != str(Path(mi.path).resolve()) and not not_a_step(name):
                 HOT_CALLED.setdefault(here, set()).add(name)
+
+
+def _base_of(mi: ModuleInfo, cls: ast.ClassDef) -> tuple[Path, str] | None:
+    """The project class `cls` derives from, in another file: `class FixMatch(TrainerXU)` imported from
+    `dassl.engine`, or `trainer.Trainer`."""
+    project = Project.of(mi)
+    for b in cls.bases:
+        name = b.id if isinstance(b, ast.Name) else ""
+        if name in project.names:
+            return defining(*project.names[name])
+        if isinstance(b, ast.Attribute) and isinstance(b.value, ast.Name) and b.value.id in project.modules:
+            return defining(project.modules[b.value.id], b.attr)
+    return None
+
+
+def _inherited(mi: ModuleInfo, linted: set[str]) -> None:
+    """A subclass's override of a method its base class (another file) calls every step, `forward_backward`
+    under Dassl's `run_epoch` loop, is hot in the subclass's file; a base method the subclass's hot code calls
+    (`self.parse_batch_train(batch)`) is hot in the base's file."""
+    here = str(Path(mi.path).resolve())
+    for cls in (n for n in mi.tree.body if isinstance(n, ast.ClassDef)):
+        found = _base_of(mi, cls)
+        if found is None or str(found[0].resolve()) == here or (base := _analysed(found[0])) is None:
+            continue
+        mark_remote(base)
+        called = {c.func.attr for c in base.nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                  and dotted(c.func.value) == "self" and base.in_hot(c)}  # fmt: skip
+        own = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for m in sorted(own & called):
+            HOT_CALLED.setdefault(here, set()).add(f"{cls.name}.{m}")
+        theirs = str(found[0].resolve())
+        if theirs in linted:  # (the overrides just found run every step too, though `mi` does not know yet)
+            overrides = {f for f in cls.body if getattr(f, "name", "") in own & called}
+            uses = {c.func.attr for c in mi.nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                    and dotted(c.func.value) == "self" and c.func.attr not in own
+                    and (mi.in_hot(c) or mi.enclosing_function(c) in overrides)}  # fmt: skip
+            for m in sorted(uses):
+                if find_def(base.tree, f"{found[1]}.{m}") is not None:
+                    HOT_CALLED.setdefault(theirs, set()).add(f"{found[1]}.{m}")
 
 
 def called_hot(file: Path, name: str) -> bool:

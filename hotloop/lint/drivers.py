@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import dotted, method_name, under_no_grad, walk_local
+from hotloop.lint.syntax import assigned_values, dotted, method_name, under_no_grad, walk_local
 
 ENV = re.compile(r"(^|[._])(envs?|\w+_envs?|environment|vec_?env)$", re.I)  # `envs.step(action)`: one environment step
 WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` iterates what `gen(...)` yields
@@ -28,7 +28,10 @@ PER_STEP_ARG = re.compile(
     r"^(get_batch|get_batch_fn|batch_fn|sample_batch|next_batch|loss_fn|loss_func|compute_loss|"
     r"step_fn|train_step|train_step_fn|forward_fn|closure)$"
 )
-TRAIN_DATA = re.compile(r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?$", re.I)
+# (`self.train_loader_x`, `train_loader_u`: Dassl's labelled and unlabelled loaders)
+TRAIN_DATA = re.compile(
+    r"^(self\.)?_*train(ing)?_?(loader|iter|iterator|dataloader|dl|data_loader)s?(_[a-z0-9]{1,2})?$", re.I
+)
 
 
 def unwrapped(it: ast.expr) -> ast.expr:
@@ -116,14 +119,22 @@ class DriverModel:
         for n in self.nodes:
             if not isinstance(n, (ast.For, ast.While)) or n in self.hot_loops or n in self.train_loops:
                 continue
-            if isinstance(n, ast.For):
-                fetches = bool(TRAIN_DATA.match(_data_name(unwrapped(n.iter))))
-            else:
-                fetches = any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
-                              and TRAIN_DATA.match(dotted(c.args[0])) and self.enclosing_loop(c) is n
-                              for c in walk_local(n))  # fmt: skip
+            fetches = isinstance(n, ast.For) and bool(TRAIN_DATA.match(_data_name(unwrapped(n.iter))))
+            # `while True: data = next(train_iter)`, `for i in range(n): batch_x = next(train_loader_x_iter)` with
+            # `train_loader_x_iter = iter(self.train_loader_x)` (Dassl's TrainerXU)
+            fetches = fetches or any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
+                                     and self._train_iter(c.args[0]) and self.enclosing_loop(c) is n
+                                     for c in walk_local(n))  # fmt: skip
             if fetches and not under_no_grad(self.parent, n):  # (under no_grad it computes statistics)
                 self._mark(n, hot=True)
+
+    def _train_iter(self, e: ast.expr) -> bool:
+        if TRAIN_DATA.match(dotted(e)):
+            return True
+        fn = self.enclosing_function(e)  # type: ignore[attr-defined]
+        values = assigned_values(dotted(e), walk_local(fn)) if isinstance(e, ast.Name) else []
+        return any(isinstance(v, ast.Call) and dotted(v.func) == "iter" and v.args
+                   and TRAIN_DATA.match(dotted(v.args[0])) for v in values)  # fmt: skip
 
     def _callbacks(self) -> None:
         """`trainer.set_callback("on_batch_end", fn)`, or `SequenceTrainer(..., get_batch=get_batch,

@@ -87,8 +87,12 @@ def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
 def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = ()) -> bool:
     """Under `if self.autobalance:` / `if not self.flag:` / `if self._sync_stats():` / `if self.world_size > 1:`:
     an option of the helper whose value is set elsewhere (often off by default): not known to run every step.
-    An option whose other branch does the same (one of `both`) runs it either way."""
-    for t in _if_tests(mi, node, both):
+    An option whose other branch does the same (one of `both`) runs it either way; an early `if self.sched is
+    None: return` before it switches it too (pixel-nerf's `sched_step`)."""
+    fn = mi.enclosing_function(node)
+    guards = [s.test for s in getattr(fn, "body", []) if isinstance(s, ast.If) and s.lineno < node.lineno  # type: ignore[attr-defined]
+              and len(s.body) == 1 and isinstance(s.body[0], ast.Return) and not s.orelse]  # fmt: skip
+    for t in [*_if_tests(mi, node, both), *guards]:
         t = t.operand if isinstance(t, ast.UnaryOp) else t
         if isinstance(t, ast.Compare) and all(isinstance(c, ast.Constant) for c in t.comparators):
             t = t.left

@@ -539,3 +539,88 @@ def test_a_method_another_linted_file_calls_every_step_reports_in_its_own_file(t
     assert not any(name == "train.py" and code == "HL001" for name, _, code in both)
     alone = [(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])]
     assert (9, "HL001") in alone
+
+
+DASSL_BASE = """
+import torch
+
+class TrainerXU:
+    def run_epoch(self):
+        train_loader_x_iter = iter(self.train_loader_x)
+        for self.batch_idx in range(self.num_batches):
+            batch_x = next(train_loader_x_iter)
+            loss_summary = self.forward_backward(batch_x)
+
+    def forward_backward(self, batch_x):
+        raise NotImplementedError
+
+    def parse_batch_train(self, batch_x):
+        input_x = batch_x["img"].to(self.device)
+        return input_x
+
+    def model_backward_and_update(self, loss):
+        self.optim.zero_grad()
+        loss.backward()
+        self.optim.step()
+"""
+
+DASSL_SUB = """
+import torch
+from base import TrainerXU
+
+class FixMatch(TrainerXU):
+    def forward_backward(self, batch_x):
+        input_x = self.parse_batch_train(batch_x)
+        loss_x = self.model(input_x).mean()
+        self.model_backward_and_update(loss_x)
+        return {"loss_x": loss_x.item()}
+"""
+
+
+def test_an_override_of_a_method_the_base_class_calls_every_step_is_hot(tmp_path: Path):
+    """Dassl: `TrainerXU.run_epoch` (base.py) fetches `next(train_loader_x_iter)` every step and calls
+    `self.forward_backward(batch)`, which FixMatch (fixmatch.py) overrides: its `loss_x.item()` is per step, and
+    the base's `parse_batch_train` it calls copies the batch blocking every step."""
+    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "base.py").write_text(textwrap.dedent(DASSL_BASE))
+    (tmp_path / "fixmatch.py").write_text(textwrap.dedent(DASSL_SUB))
+    hits = {(Path(f.path).name, f.line, f.code) for f in lint_paths([tmp_path / "base.py", tmp_path / "fixmatch.py"])}
+    assert ("fixmatch.py", 10, "HL001") in hits
+    assert ("base.py", 15, "HL012") in hits
+    (tmp_path / "base.py").write_text(textwrap.dedent(DASSL_BASE).replace("next(train_loader_x_iter)", "None"))
+    hits = {(Path(f.path).name, f.line, f.code) for f in lint_paths([tmp_path / "base.py", tmp_path / "fixmatch.py"])}
+    assert ("fixmatch.py", 10, "HL001") not in hits
+
+
+SCHED = """
+import torch
+from torch import nn
+
+class Renderer(nn.Module):
+    def sched_step(self, steps=1):
+        if self.sched is None:
+            return
+        self.iter_idx += steps
+        while self.iter_idx.item() >= self.sched[0]:
+            self.n_coarse = self.sched[1]
+"""
+
+
+def test_an_early_return_on_an_option_switches_the_helpers_reads(tmp_path: Path):
+    """pixel-nerf: `renderer.sched_step(b)` every step, whose `if self.sched is None: return` ends it unless a
+    schedule was configured: the `.item()` after it is not known to run every step."""
+    script = """
+    import torch
+    from render import Renderer
+
+    def train(model, loader, opt):
+        renderer = Renderer().cuda()
+        for x in loader:
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt.step()
+            renderer.sched_step(8)
+    """
+    assert (11, "HL001") not in _project(tmp_path, {"render.py": SCHED}, script)
+    unguarded = SCHED.replace("        if self.sched is None:\n            return\n", "")
+    assert (11, "HL001") in _project(tmp_path, {"render.py": unguarded}, script)
