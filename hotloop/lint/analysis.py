@@ -137,6 +137,9 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 and isinstance(n.func, ast.Attribute)
                 and method_name(n) != "backward"
                 or any(k.arg == "device" for k in n.keywords)
+                # `accelerator.backward(loss)` in a helper module the Accelerate script calls: its device
+                or method_name(n) == "backward"
+                and bool(re.search(r"accelerator|fabric", dotted(n.func), re.I))
             )
             for n in self.nodes
         ) or bool(

@@ -177,6 +177,25 @@ class GateModel:
         opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)
         return opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
 
+    def _off_where_hot(self, node: ast.If) -> bool:
+        """`if calc_acc:` in `def forward(model, batch, calc_acc=False)` (nanoT5) whose every call from hot code
+        leaves the flag at its default (or passes False/None): the branch runs only for the other callers."""
+        t, fn = node.test, self.enclosing_function(node)  # type: ignore[attr-defined]
+        default = param_defaults(fn).get(t.id) if isinstance(t, ast.Name) else None
+        if not (isinstance(default, ast.Constant) and default.value in (False, None)) or getattr(self, "_asking", 0):
+            return False
+        self._asking = 1  # (a call's own hotness may ask this again)
+        try:
+            hot = [c for c in self.calls_to.get(fn.name, []) if self.in_hot(c)]  # type: ignore[attr-defined]
+        finally:
+            self._asking = 0
+        args = getattr(fn, "args", None)
+        names = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None else []
+        at = names.index(t.id) - (names[:1] == ["self"]) if t.id in names else -1  # type: ignore[union-attr]
+        given = [next((k.value for k in c.keywords if k.arg == t.id),  # type: ignore[union-attr]
+                      c.args[at] if 0 <= at < len(c.args) else None) for c in hot]  # fmt: skip
+        return bool(hot) and all(g is None or isinstance(g, ast.Constant) and g.value in (False, None) for g in given)
+
     def _gated_value(self, node: ast.If) -> bool:
         """`storer = self._pre_call(is_train, storer)` then `if storer is not None:` (disentangling-vae): the
         same-file helper hands back None except under its own `n % record_every == 1` test: a log gate. Also
@@ -300,6 +319,8 @@ class GateModel:
                     return True  # `if not finite: print(loss.item()); sys.exit(1)`: runs once, at the end
             if isinstance(n, (ast.If, ast.IfExp)) and child is not n.test and self._inference_branch(n, child):
                 return True
+            if isinstance(n, ast.If) and child in n.body and self._off_where_hot(n):
+                return True  # `if calc_acc:` with `calc_acc=False`, which the training loop's call does not pass
             if isinstance(n, ast.If) and child is not n.test and child in anomaly_branch(n):
                 return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
             if isinstance(n, ast.If) and child in n.body and (first_step(n.test) or first_value(n)):

@@ -46,7 +46,8 @@ class IndexChecks:
                                     "host every step")  # fmt: skip
             return
         store = isinstance(node.ctx, ast.Store)  # `x[mask] = v` is a masked fill on the device: no size to read
-        if store and not any(self._numpy_index(i) for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):
+        if store and not any(self._numpy_index(i) or self._host_index(i)
+                             for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):  # fmt: skip
             return
         if not store and self._is_mask(idx, node) and not self._host(idx):  # a CPU-made mask: its count is on the host
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
@@ -108,6 +109,10 @@ class IndexChecks:
         `idx = [i for i in range(n) if keep[i]]`, `randperm(n).tolist()`): a Python list of indices, made each step."""
         if not isinstance(e, (ast.Name, ast.Call)):
             return False
+        made = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))]) if isinstance(e, ast.Name) else []
+        if made and all(self.mi.enclosing_loop(v) is not None for v in made) and self.kind(e) == "tensor" and (
+                self._host(e)):  # fmt: skip
+            return True  # made in the loop: `m = torch.rand(len(x)) < 0.3` ... `x[m]` (BackgroundMattingV2)
         values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
         return bool(values) and all(isinstance(v, ast.ListComp) or isinstance(v, ast.Call) and method_name(v) ==
                                     "tolist" for v in values)  # fmt: skip
@@ -119,6 +124,10 @@ class IndexChecks:
             return True
         if not isinstance(e, (ast.Name, ast.Call)):
             return False
+        made = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))]) if isinstance(e, ast.Name) else []
+        if made and all(self.mi.enclosing_loop(v) is not None for v in made) and self.kind(e) == "tensor" and (
+                self._host(e)):  # fmt: skip
+            return True  # made in the loop: `m = torch.rand(len(x)) < 0.3` ... `x[m]` (BackgroundMattingV2)
         values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
         return bool(values) and all(
             isinstance(v, ast.Call) and self.mi.call_name(v) in ("torch.randperm", "torch.arange", "torch.randint")

@@ -77,7 +77,8 @@ class HostProvenance:
     }  # `torch.LongTensor(range(n))`: on the host unless a CUDA default tensor type is set
     HOST_KEEPING = {"pin_memory", "cpu", "numpy", "clone", "view", "reshape", "contiguous", "long", "int", "float",
                     "flatten", "squeeze", "unsqueeze", "sum", "max", "min", "mean", "nonzero", "tolist", "cumsum",
-                    "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge"}  # fmt: skip
+                    "diff", "item", "type", "bool", "eq", "ne", "lt", "gt", "le", "ge", "any", "all", "numel",
+                    "expand", "expand_as", "repeat", "t", "transpose", "permute", "abs", "double", "half"}  # fmt: skip
 
     def _host(self, e: ast.expr, depth: int = 0) -> bool:
         memo = self.__dict__.setdefault("_host_memo", {})

@@ -624,3 +624,61 @@ def test_an_early_return_on_an_option_switches_the_helpers_reads(tmp_path: Path)
     assert (11, "HL001") not in _project(tmp_path, {"render.py": SCHED}, script)
     unguarded = SCHED.replace("        if self.sched is None:\n            return\n", "")
     assert (11, "HL001") in _project(tmp_path, {"render.py": unguarded}, script)
+
+
+def test_a_flag_the_hot_call_leaves_at_its_default_gates_its_branch():
+    """nanoT5: `def forward(model, batch, calc_acc=False)` is called every step as `forward(model, batch)` and
+    from the evaluation with `calc_acc=True`: the accuracy `.item()` under `if calc_acc:` is the evaluation's.
+    Its loss `.item()` runs every step. The file drives Accelerate (`accelerator.backward`): device code."""
+    src = """
+    import torch
+
+    def forward(model, batch, calc_acc=False):
+        outputs = model(**batch)
+        loss = outputs.loss
+        stats = {{"loss": loss.detach().float().item()}}
+        if calc_acc:
+            stats["acc"] = (outputs.logits.argmax(-1) == batch["labels"]).sum().item()
+        return loss, stats
+
+    def evaluate(model, loader):
+        for batch in loader:
+            forward(model, batch, calc_acc=True)
+
+    def train(model, loader, optimizer, accelerator):
+        for batch in loader:
+            loss, stats = forward(model, batch{extra})
+            accelerator.backward(loss)
+            optimizer.step()
+    """
+    hits = found(src.format(extra=""))
+    assert (7, "HL001") in hits and (9, "HL001") not in hits
+    assert (9, "HL001") in found(src.format(extra=", True"))
+
+
+def test_a_mask_drawn_on_the_host_in_the_step_is_no_sync_but_a_copy_when_indexing():
+    """BackgroundMattingV2: `m = torch.rand(len(x)) < 0.3; if m.any(): x[m] = ...`: the test reads a host mask
+    (no HL005), and indexing the device batch with it copies the mask to the device every step (HL024). Mario
+    PPO: a slice of a host `torch.randperm` indexing the device rollout. A mask made once before the loop is
+    not judged."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        keep = torch.arange(10) != 3
+        for x in loader:
+            x = x.cuda(non_blocking=True)
+            m = torch.rand(len(x)) < 0.3
+            if m.any():
+                x[m] = x[m].flip(-1)
+            idx = torch.randperm(len(x))[:4]
+            sub = x[idx]
+            fixed = x[keep]
+            loss = model(x).mean() + model(sub).mean()
+            loss.backward()
+            opt.step()
+    """
+    hits = found(src)
+    assert (9, "HL005") not in hits
+    assert (10, "HL024") in hits and (12, "HL024") in hits
+    assert (13, "HL024") not in hits
