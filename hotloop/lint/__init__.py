@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo
-from hotloop.lint.callers import linting
+from hotloop.lint.callers import analysed, linting
 from hotloop.lint.checks import Edit, check
 from hotloop.lint.rules import RULES, explain
 
@@ -63,6 +63,8 @@ def _selected(code: str, select: list[str] | None, ignore: list[str] | None) -> 
 
 def _analyse(source: str, path: str) -> tuple[ModuleInfo | None, Finding | None]:
     source = source.removeprefix("\ufeff")  # a byte-order mark decoded as text: Python skips it, so do we
+    if (mi := analysed(path, source)) is not None:  # made for this run already (`callers.linting`)
+        return mi, None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SyntaxWarning)

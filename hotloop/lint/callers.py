@@ -17,6 +17,7 @@ from hotloop.lint.analysis import ModuleInfo, dotted
 from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
 
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
+ANALYSED: dict[str, ModuleInfo | None] = {}  # resolved file -> its analysis, made once per run (lint reuses it)
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
 LOOPS = re.compile(r"^\s*(for|while)\s|^class ", re.M)  # loops, or classes that may inherit them
 
@@ -34,9 +35,23 @@ def linting(files: list[Path]) -> Iterator[None]:
     finally:
         LINTED.clear()
         HOT_CALLED.clear()
+        ANALYSED.clear()
+
+
+def analysed(path: str, source: str) -> ModuleInfo | None:
+    """This run's analysis of `path`, if it was made from the same source (not after `--fix` rewrote it)."""
+    mi = ANALYSED.get(str(Path(path).resolve())) if ANALYSED and not path.startswith("<") else None
+    return mi if mi is not None and mi.source == source else None
 
 
 def _analysed(f: Path) -> ModuleInfo | None:
+    key = str(f.resolve())
+    if key not in ANALYSED:
+        ANALYSED[key] = _analyse_file(f)
+    return ANALYSED[key]
+
+
+def _analyse_file(f: Path) -> ModuleInfo | None:
     """The file's own analysis, if it has loops (a driver script importing no torch, XLM's `train.py`, calls
     its trainer's steps in them)."""
     try:
@@ -52,11 +67,12 @@ def _analysed(f: Path) -> ModuleInfo | None:
 
 def mark_remote(mi: ModuleInfo) -> bool:
     """Mark the loops that call a step (or epoch) function of another project file; whether any was."""
-    marked = False
+    marked = getattr(mi, "remote_marked", False)  # (the run's first pass may have marked them already)
     for epochs in (False, True):
         if steps := remote_steps(mi, epochs):
             mi.mark_steps(steps, epochs)
             marked = True
+    mi.remote_marked = marked  # type: ignore[attr-defined]
     return marked
 
 
