@@ -24,7 +24,7 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.gates import TARGETS
-from hotloop.lint.imports import Project, defining, find_def, load_module, not_a_step
+from hotloop.lint.imports import Project, defining, find_def, instance_target, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
@@ -397,6 +397,14 @@ def _given_data(mi: ModuleInfo, c: ast.Call) -> bool:
     )
 
 
+def _shown(c: ast.Call) -> str:
+    """The call's name in a message: `save_model`, or `Checkpoint(...).save` for a method of a fresh object."""
+    made = c.func.value if isinstance(c.func, ast.Attribute) else None
+    if not call_name(c) and isinstance(made, ast.Call):
+        return f"{call_name(made)}(...).{c.func.attr}"  # type: ignore[union-attr]
+    return call_name(c)
+
+
 def relative(project: Project, file: Path) -> str:
     """The helper's path as the linted script sees it (`../src/utils/logging.py`)."""
     return os.path.relpath(file, project.file.parent) if project.file else str(file)
@@ -416,7 +424,7 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
         caller = caller or Checker(mi)
         for file, line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
             where = relative(project, file)
-            out.append(("HL011", c, f"`{call_name(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
+            out.append(("HL011", c, f"`{_shown(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "
                                     f"without {' and '.join(missing)}"))  # fmt: skip
     return out
 
@@ -433,6 +441,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
             # An epoch or step in the call may name the file inside the helper (through its parameters): no
             # claim then; a path the helper builds without them is in place whatever the call passes.
             leaves = _then_leaves(mi, c)
+            target = instance_target(project, c, target)
             if _own_training(*target):
                 continue  # an epoch function whose file is linted in this run: its own lint reports the save
             for line, message, _ in [
@@ -440,7 +449,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
             ][:1]:
                 seen.add((c.lineno, "HL021"))
                 where = relative(project, defining(*target)[0])
-                out.append(("HL021", c, f"`{call_name(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
+                out.append(("HL021", c, f"`{_shown(c)}(...)` runs in the training loop, and in it ({where}:{line}): "
                                         f"{message}"))  # fmt: skip
     return out + hot_call_hits(mi, project, seen)
 
@@ -487,5 +496,5 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
                 if not given:
                     continue
             seen.add((c.lineno, code))
-            out.append((code, c, f"`{call_name(c)}(...)` runs every step, and in it ({where}:{line}): {message}"))
+            out.append((code, c, f"`{_shown(c)}(...)` runs every step, and in it ({where}:{line}): {message}"))
     return out

@@ -141,6 +141,9 @@ class Project:
         """What another file of the project runs for this call: `f(...)`, `mod.f(...)`, or `obj(...)` for an
         `obj = Imported(...)` of this file."""
         name = call_name(c)
+        made = c.func.value if isinstance(c.func, ast.Attribute) else None
+        if isinstance(made, ast.Call) and (cls := self.callee(made)) is not None and "." not in cls[1]:
+            return cls[0], f"{cls[1]}.{c.func.attr}"  # type: ignore[union-attr]  # `Checkpoint(model, epoch).save()`
         if not name:  # `x[k].mul_(...)`, `(a - b)(...)`: no name to resolve
             return None
         head, _, rest = name.partition(".")
@@ -378,3 +381,13 @@ def _makes_tensors(fn: ast.AST) -> bool:
         for x in (r.args[:1] if isinstance(r, ast.Call) and call_name(r) in ("tuple", "list") else [r])
     ]
     return bool(made) and all(isinstance(x, ast.Call) and call_name(x).startswith("torch.") for x in made)
+
+
+def instance_target(project: Project, c: ast.Call, target: tuple[Path, str]) -> tuple[Path, str]:
+    """`save_best_model(model, mAP, epoch, out_dir)` with `save_best_model = SaveBestModel()`: the call runs the
+    class's `__call__` (its parameters name the file), not its `__init__`."""
+    if "." in target[1] or call_name(c) not in project._instances():
+        return target
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    return (file, f"{name}.__call__") if helper is not None and find_def(helper.tree, f"{name}.__call__") else target

@@ -12,7 +12,7 @@ import ast
 import re
 from collections.abc import Callable
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
 from hotloop.lint.gates import anomaly_branch
 from hotloop.lint.structure import kw
 
@@ -203,7 +203,15 @@ class SaveChecks:
                         text += " ".join(ast.unparse(r.value) for f in self.mi.targets_of(v) for r in walk_local(f)
                                          if isinstance(r, ast.Return) and r.value is not None)  # fmt: skip
                     found += [n.id for n in ast.walk(v) if isinstance(n, ast.Name)]
+                    for a in {dotted(a) for a in ast.walk(v) if isinstance(a, ast.Attribute)
+                              and dotted(a).startswith("self.")} - seen:  # fmt: skip
+                        seen.add(a)  # `path = self._path` with `self._path = join(root, date_time)` set just above
+                        for n in walk_local(fn):
+                            if isinstance(n, ast.Assign) and any(dotted(t) == a for t in n.targets):
+                                text += " " + ast.unparse(n.value)
+                                found += [x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)]
             todo = found
         if re.search(r"BytesIO\(", text):
             return True
-        return formats_a_counter(text)
+        # a directory named by the time of the save (pytorch-seq2seq's `Checkpoint.save`): a new one each time
+        return formats_a_counter(text) or bool(re.search(r"strftime\(|datetime\.now\(|time\.time\(\)", text))

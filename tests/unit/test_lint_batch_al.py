@@ -682,3 +682,96 @@ def test_a_mask_drawn_on_the_host_in_the_step_is_no_sync_but_a_copy_when_indexin
     assert (9, "HL005") not in hits
     assert (10, "HL024") in hits and (12, "HL024") in hits
     assert (13, "HL024") not in hits
+
+
+def test_a_callable_saver_object_is_judged_by_its_call(tmp_path: Path):
+    """fasterrcnn-pytorch-training-pipeline: `save_best_model = SaveBestModel()` then `save_best_model(model,
+    mAP, epoch, OUT_DIR)` in the epoch loop, whose `__call__` writes `f"{OUT_DIR}/best_model.pth"`: the epoch
+    goes into the state only, the file is the same every time. A path built from the epoch is a new file."""
+    saver = """
+    import torch
+
+    class SaveBestModel:
+        def __init__(self, best=0.0):
+            self.best = best
+
+        def __call__(self, model, current, epoch, out_dir):
+            if current > self.best:
+                self.best = current
+                torch.save({{"epoch": epoch, "model": model.state_dict()}}, f"{{out_dir}}/{name}")
+    """
+    script = """
+    import torch
+    from utils import SaveBestModel
+
+    def train(model, loader, opt, out_dir, epochs):
+        save_best_model = SaveBestModel()
+        for epoch in range(epochs):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                opt.step()
+            save_best_model(model, evaluate(model), epoch, out_dir)
+    """
+    assert (12, "HL021") in _project(tmp_path, {"utils.py": saver.format(name="best_model.pth")}, script)
+    assert (12, "HL021") not in _project(tmp_path, {"utils.py": saver.format(name="best_{epoch}.pth")}, script)
+
+
+def test_a_method_of_a_fresh_project_object_is_followed(tmp_path: Path):
+    """KoSpeech: `Checkpoint(model, optimizer, epoch).save()` in the epoch loop writes `os.path.join(os.getcwd(),
+    self.MODEL_NAME)`: the epoch goes into the object, the file is the same every time."""
+    ckpt = """
+    import os
+    import torch
+
+    class Checkpoint:
+        MODEL_NAME = "model.pt"
+
+        def __init__(self, model, optimizer, epoch):
+            self.model, self.optimizer, self.epoch = model, optimizer, epoch
+
+        def save(self):
+            torch.save(self.model, os.path.join(os.getcwd(), self.MODEL_NAME))
+    """
+    script = """
+    import torch
+    from checkpoint import Checkpoint
+
+    def train(model, loader, opt, epochs):
+        for epoch in range(epochs):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                opt.step()
+            Checkpoint(model, opt, epoch).save()
+    """
+    hits = _project(tmp_path, {"checkpoint.py": ckpt}, script)
+    assert (11, "HL021") in hits
+    assert (11, "HL021") not in _project(tmp_path, {"checkpoint.py": ckpt.replace("save(self)", "load(self)")}, script)
+
+
+def test_a_save_into_a_directory_named_by_the_time_is_fresh():
+    """pytorch-seq2seq: `Checkpoint.save` makes `self._path = join(root, "checkpoints", time.strftime(...))`
+    and writes into it: a new directory at each save, nothing overwritten."""
+    src = """
+    import os
+    import time
+    import torch
+
+    class Checkpoint:
+        def save(self, root):
+            date_time = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime())
+            self._path = os.path.join(root, "checkpoints", {stamp})
+            path = self._path
+            torch.save(self.model.state_dict(), os.path.join(path, "model.pt"))
+
+    def train(model, loader, opt, root):
+        for step, x in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt.step()
+            if step % 1000 == 0:
+                Checkpoint().save(root)
+    """
+    assert (11, "HL021") not in found(src.format(stamp="date_time"))
+    assert (11, "HL021") in found(src.format(stamp='"latest"'))
