@@ -12,17 +12,15 @@ See `analysis.py` for what counts as a hot loop, `imports.py` for helpers of the
 
 from __future__ import annotations
 
-import ast
 import codecs
 import fnmatch
 import re
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo
-from hotloop.lint.callers import analysed, linting
+from hotloop.lint.callers import analysed, linting, parse
 from hotloop.lint.checks import Edit, check
 from hotloop.lint.rules import RULES, explain
 
@@ -66,14 +64,11 @@ def _analyse(source: str, path: str) -> tuple[ModuleInfo | None, Finding | None]
     if (mi := analysed(path, source)) is not None:  # made for this run already (`callers.linting`)
         return mi, None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            tree = ast.parse(source, filename=path)
+        return parse(source, path), None
     except (SyntaxError, ValueError) as e:
         line = getattr(e, "lineno", 1) or 1
         col = (getattr(e, "offset", 1) or 1) - 1
         return None, Finding(path, line, col + 1, "HL000", f"cannot parse: {getattr(e, 'msg', e)}", "error")
-    return ModuleInfo(tree, source, path), None
 
 
 def lint_source(

@@ -58,11 +58,17 @@ def _analyse_file(f: Path) -> ModuleInfo | None:
         source = f.read_text(encoding="utf-8-sig")
         if not LOOPS.search(source):
             return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", SyntaxWarning)
-            return ModuleInfo(ast.parse(source, filename=str(f)), source, str(f))
+        return parse(source, str(f))
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
         return None
+
+
+def parse(source: str, path: str) -> ModuleInfo:
+    """The module's analysis; raises SyntaxError/ValueError when it does not parse (its SyntaxWarnings, such as
+    invalid escapes in old research code, are not the user's concern here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ModuleInfo(ast.parse(source, filename=path), source, path)
 
 
 def mark_remote(mi: ModuleInfo) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults, walk_local
+from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults, passed_for, walk_local
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
@@ -189,11 +189,7 @@ class GateModel:
             hot = [c for c in self.calls_to.get(fn.name, []) if self.in_hot(c)]  # type: ignore[attr-defined]
         finally:
             self._asking = 0
-        args = getattr(fn, "args", None)
-        names = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None else []
-        at = names.index(t.id) - (names[:1] == ["self"]) if t.id in names else -1  # type: ignore[union-attr]
-        given = [next((k.value for k in c.keywords if k.arg == t.id),  # type: ignore[union-attr]
-                      c.args[at] if 0 <= at < len(c.args) else None) for c in hot]  # fmt: skip
+        given = [passed_for(fn, c, t.id) for c in hot]  # type: ignore[union-attr]
         return bool(hot) and all(g is None or isinstance(g, ast.Constant) and g.value in (False, None) for g in given)
 
     def _gated_value(self, node: ast.If) -> bool:
@@ -216,19 +212,7 @@ class GateModel:
         params = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None and not values else []
         if depth == 0 or name not in params:
             return False
-        given = []
-        for c in self.calls_to.get(fn.name, []):  # type: ignore[attr-defined]
-            shift = 1 if params[:1] == ["self"] and isinstance(c.func, ast.Attribute) else 0
-            k = next((k.value for k in c.keywords if k.arg == name), None)
-            i = params.index(name) - shift
-            stars = [j for j, a in enumerate(c.args) if isinstance(a, ast.Starred)]
-            if stars:  # `_kl_normal_loss(*latent_dist, storer)`: what follows the star fills the last parameters
-                i = (
-                    len(c.args) - (len(params) - params.index(name))
-                    if i >= len(params) - len(c.args[stars[-1] + 1 :])
-                    else -1
-                )
-            given.append(k if k is not None else c.args[i] if 0 <= i < len(c.args) else None)
+        given = [passed_for(fn, c, name) for c in self.calls_to.get(fn.name, [])]  # type: ignore[attr-defined]
         return bool(given) and all(isinstance(g, ast.Name) and self._gated_name(
             g.id, self.enclosing_function(g), depth - 1) for g in given)  # type: ignore[attr-defined]  # fmt: skip
 

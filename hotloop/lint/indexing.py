@@ -107,13 +107,9 @@ class IndexChecks:
     def _built_list(self, e: ast.expr) -> bool:
         """A name bound only to a list comprehension or to `t.tolist()` in this function (HALOs'
         `idx = [i for i in range(n) if keep[i]]`, `randperm(n).tolist()`): a Python list of indices, made each step."""
-        if not isinstance(e, (ast.Name, ast.Call)):
+        if not isinstance(e, ast.Name):
             return False
-        made = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))]) if isinstance(e, ast.Name) else []
-        if made and all(self.mi.enclosing_loop(v) is not None for v in made) and self.kind(e) == "tensor" and (
-                self._host(e)):  # fmt: skip
-            return True  # made in the loop: `m = torch.rand(len(x)) < 0.3` ... `x[m]` (BackgroundMattingV2)
-        values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
+        values = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
         return bool(values) and all(isinstance(v, ast.ListComp) or isinstance(v, ast.Call) and method_name(v) ==
                                     "tolist" for v in values)  # fmt: skip
 

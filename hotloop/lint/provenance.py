@@ -15,6 +15,7 @@ import re
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
+from hotloop.lint.syntax import passed_for
 
 MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda)$")
 
@@ -173,13 +174,7 @@ class HostProvenance:
         params = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None else []
         if e.id not in params or depth > 4:
             return False
-        given = []
-        for c in self.mi.calls_to.get(getattr(fn, "name", ""), []):
-            shift = 1 if params[:1] == ["self"] and isinstance(c.func, ast.Attribute) else 0
-            i = params.index(e.id) - shift
-            k = next((k.value for k in c.keywords if k.arg == e.id), None)
-            starred = any(isinstance(a, ast.Starred) for a in c.args)
-            given.append(k if k is not None else c.args[i] if 0 <= i < len(c.args) and not starred else None)
+        given = [passed_for(fn, c, e.id) for c in self.mi.calls_to.get(getattr(fn, "name", ""), [])]
         return bool(given) and all(g is not None and self._host(g, depth + 1) for g in given)
 
     def legacy_cuda_copies(self, c: ast.Call, meth: str | None) -> None:

@@ -186,3 +186,25 @@ def zeroed(value: ast.expr, name: str) -> ast.expr:
             return ast.Constant(0) if dotted(node) == name else self.generic_visit(node)
 
     return Zero().visit(copy.deepcopy(value))
+
+
+def passed_for(fn: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
+    """What `call` passes for `fn`'s parameter `name`: the keyword, else the positional argument (counted after
+    `self` when called as a method); after a `*args`, what follows it fills the last parameters
+    (`_kl_normal_loss(*latent_dist, storer)`). None when it passes nothing for it."""
+    given = next((k.value for k in call.keywords if k.arg == name), None)
+    args = getattr(fn, "args", None)
+    params = [a.arg for a in [*args.posonlyargs, *args.args]] if args is not None else []
+    if given is not None or name not in params:
+        return given
+    if params[:1] in (["self"], ["cls"]) and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    if name not in params:  # (`self` itself, of a method call)
+        return None
+    i = params.index(name)
+    stars = [j for j, a in enumerate(call.args) if isinstance(a, ast.Starred)]
+    if stars:
+        tail = call.args[stars[-1] + 1 :]
+        i -= len(params) - len(tail)
+        return tail[i] if 0 <= i < len(tail) else None
+    return call.args[i] if i < len(call.args) else None

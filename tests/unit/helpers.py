@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -27,3 +30,16 @@ def regression_data(n: int = 64, d_in: int = 8, seed: int = 0) -> tuple[torch.Te
     x = torch.randn(n, d_in, generator=g)
     w = torch.randn(d_in, generator=g)
     return x, x @ w + 0.1 * torch.randn(n, generator=g)
+
+
+def lint_project(tmp_path: Path, files: dict[str, str], script: str) -> list[tuple[int, str]]:
+    """(line, code) of `hotloop lint train.py` in a project made of `files` beside `script` (a README marks its
+    root, as in a user's checkout)."""
+    from hotloop.lint import lint_paths
+
+    (tmp_path / "README.md").write_text("x\n")
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    (tmp_path / "train.py").write_text(textwrap.dedent(script))
+    return [(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])]

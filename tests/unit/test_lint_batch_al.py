@@ -7,19 +7,11 @@ import textwrap
 from pathlib import Path
 
 from hotloop.lint import lint_paths, lint_source
+from tests.unit.helpers import lint_project as _project
 
 
 def found(src: str) -> list[tuple[int, str]]:
     return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
-
-
-def _project(tmp_path: Path, files: dict[str, str], script: str) -> list[tuple[int, str]]:
-    (tmp_path / "README.md").write_text("x\n")
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(textwrap.dedent(text))
-    (tmp_path / "train.py").write_text(textwrap.dedent(script))
-    return [(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])]
 
 
 AGENT = """
