@@ -1,5 +1,6 @@
 """Which same-file functions a call reaches: `f(...)`, `self.f(...)` (the caller's own class first, then the
-same-file subclasses' overrides), `obj.f(...)`, `obj(...)` with `obj = Cls(...)` and `Cls(...).f()` in the file
+same-file subclasses' overrides), `obj.f(...)`, `obj.part.f(...)` (`self.part = Part(...)` in `obj`'s class),
+`obj(...)` with `obj = Cls(...)` and `Cls(...).f()` in the file
 (`Cls.f`, `Cls.forward`), `g(...)` with `g = partial(f, ...)` at module level, and a local name or dict bound to
 functions (`fn = mixed_list if random() < p else noise_list`, `{"TransE": self.TransE, ...}[name](...)`).
 Mixed into `analysis.ModuleInfo`, which follows these calls to find what runs every step."""
@@ -53,6 +54,9 @@ class CallModel:
         if isinstance(call.func, ast.Attribute) and (cls := self.instances.get(dotted(call.func.value))) is not None:
             return self._methods(cls, call.func.attr)
         made = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if (isinstance(made, ast.Attribute) and dotted(made.value) in self.instances
+                and (cls := self.instances.get(f"self.{made.attr}")) is not None):  # fmt: skip
+            return self._methods(cls, call.func.attr)  # type: ignore[union-attr]  # `trainer.policy_net.get_action(s)`
         if isinstance(made, ast.Call) and (cls := self.classes.get(dotted(made.func))) is not None:
             return self._methods(cls, call.func.attr)  # type: ignore[union-attr]  # `Checkpoint(model).save()`
         if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward

@@ -22,7 +22,7 @@ from hotloop.lint.analysis import (
 )
 from hotloop.lint.branches import BranchChecks, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
-from hotloop.lint.drivers import env_step
+from hotloop.lint.drivers import feeds_env
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.indexing import IndexChecks
@@ -113,19 +113,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
             self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)
-            or self._feeds_env(h.node)) or never_runs(self.mi, h.node))]  # fmt: skip
-
-    def _feeds_env(self, node: ast.AST) -> bool:
-        """`envs.step(action.cpu().numpy())`, or `actions = q.argmax(1).cpu().numpy()` then `envs.step(actions)`:
-        the environment runs on the host, so the action must go there."""
-        n = self.mi.parent.get(node)
-        while isinstance(n, ast.expr):
-            if env_step(n):
-                return True
-            n = self.mi.parent.get(n)
-        names = {x.id for t in getattr(n, "targets", []) for x in ast.walk(t) if isinstance(x, ast.Name)}
-        return bool(names) and any(env_step(c) and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
-                                   for c in walk_local(self.mi.enclosing_function(node)))  # fmt: skip
+            or feeds_env(self.mi, h.node)) or never_runs(self.mi, h.node))]  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))
@@ -264,7 +252,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             self.dataloader(c)
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")
-            if kw is not None and not isinstance(kw.value, ast.Constant) and self.mi.cli_default(kw.value) is False:
+            flag = kw is not None and not isinstance(kw.value, ast.Constant)
+            if flag and self.mi.cli_default(kw.value, across=True) is False:  # type: ignore[union-attr]
                 self.add("HL013", c, f"`{_src(c)}`: `{_src(kw.value)}` defaults to False, so zeros are written into "
                          "every gradient unless the flag is passed", None, "the value comes from a flag: change its "
                          "default or drop the argument by hand")  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Any
 
 from hotloop.lint.syntax import assigned_values, dotted, method_name, under_no_grad, walk_local
 
@@ -22,6 +23,11 @@ WRAPPERS = ("enumerate", "tqdm", "tqdm.tqdm", "iter")  # `enumerate(gen(...))` i
 
 EPOCH_NAMED = re.compile(r"(^|_)epoch($|_)", re.I)  # `fit_one_epoch`, `train_epoch`, `run_one_epoch_ddp`
 EPOCHS = re.compile(r"^(epoch|ep|epoch_idx|epoch_id|i_epoch|cur_epoch|current_epoch)$", re.I)  # an epoch loop's name
+RUN_COUNT = re.compile(
+    r"^(itr|n_?runs|num_runs|runs|repeats?|n_?repeats?|num_repeats|n_?seeds|num_seeds|n_?trials|"
+    r"num_trials|n_?folds|num_folds|k_?folds?)$",
+    re.I,
+)
 RUNS = re.compile(r"^(seed|seeds|run|runs|fold|folds|trial|trials|repeat|rep|i_run|run_id|fold_idx)$", re.I)
 # the keyword a trainer takes a per-step function by (decision-transformer's `get_batch=get_batch`)
 PER_STEP_ARG = re.compile(
@@ -55,7 +61,15 @@ def env_step(n: ast.AST) -> bool:
 def repeats_runs(loop: ast.AST | None) -> bool:
     """`for seed in seeds`, `for fold in range(k)`, `for run in range(n_runs)`: each pass is a whole run."""
     target = loop.target if isinstance(loop, (ast.For, ast.AsyncFor)) else None
-    return target is not None and any(isinstance(n, ast.Name) and RUNS.search(n.id) for n in ast.walk(target))
+    if target is None:
+        return False
+    if any(isinstance(n, ast.Name) and RUNS.search(n.id) for n in ast.walk(target)):
+        return True
+    # `for ii in range(args.itr)` (the Time-Series-Library family: Autoformer, PatchTST, Time-LLM), `range(n_runs)`
+    it = loop.iter  # type: ignore[union-attr]
+    bound = it.args[-1] if isinstance(it, ast.Call) and dotted(it.func) == "range" and it.args else None
+    name = bound.attr if isinstance(bound, ast.Attribute) else bound.id if isinstance(bound, ast.Name) else ""
+    return bool(RUN_COUNT.search(name))
 
 
 def runs_epochs(fn: ast.AST, hot_loops: set[ast.AST]) -> bool:
@@ -177,3 +191,21 @@ class DriverModel:
                     fns = [f for f in self.targets_of(it) if yields(f)]
                     if fns:
                         self._iterated[n] = fns
+
+
+def feeds_env(mi: Any, node: ast.AST) -> bool:
+    """`envs.step(action.cpu().numpy())`, or `actions = q.argmax(1).cpu().numpy()` then `envs.step(actions)`:
+    the environment runs on the host, so the action must go there."""
+    n = mi.parent.get(node)
+    while isinstance(n, ast.expr):
+        if env_step(n):
+            return True
+        n = mi.parent.get(n)
+    names = {x.id for t in getattr(n, "targets", []) for x in ast.walk(t) if isinstance(x, ast.Name)}
+    fn = mi.enclosing_function(node)
+    if re.search(r"^(get|select|sample|choose)_actions?$|^act$", getattr(fn, "name", "")) and (
+        isinstance(n, ast.Return) or any(isinstance(r, ast.Return) and isinstance(r.value, ast.Name)
+                                         and r.value.id in names for r in walk_local(fn))):  # fmt: skip
+        return True  # `get_action(state)` returning `action.detach().cpu().numpy()[0]` for the env's step
+    return bool(names) and any(env_step(c) and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
+                               for c in walk_local(fn))  # fmt: skip

@@ -28,8 +28,8 @@ from hotloop.lint.imports import Project, defining, find_def, instance_target, l
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
-from hotloop.lint.saves import ITER, formats_a_counter
-from hotloop.lint.syntax import block_of, param_defaults
+from hotloop.lint.saves import path_params, then_leaves, varying_args
+from hotloop.lint.syntax import param_defaults
 
 EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
@@ -285,96 +285,9 @@ def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str
             # a save in a same-file helper of `name` (lora's `save_all` -> `save_lora_weight(unet, save_path)`) names
             # that helper's parameters, not the call's: then any argument of the call may name the file
             own = find_def(mi.tree, name, ("__init__",)) if mi is not None else None
-            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False, _path_from_params(mi, h.node)
-                              if mi.enclosing_function(h.node) is own else ANY_ARG)
-                             for h in hits if h.code == "HL021"]  # fmt: skip
+            _EFFECTS[key] = [("HL021", h.node.lineno, h.message, False, False, params)
+                             for h in hits if h.code == "HL021" for params in path_params(mi, h.node, own)]  # fmt: skip
     return [(line, message, params) for _, line, message, _, _, params in _EFFECTS[key]]
-
-
-def _earlier(exprs: list[ast.expr], fn: ast.AST, rounds: int, bound: bool = False) -> Iterator[list[ast.expr]]:
-    """`exprs`, then the values their names were assigned in `fn` (with `bound`, also the iterable or context
-    a `for` or `with` bound them to: `for path in paths`, `with open(p) as f`), `rounds` times back."""
-    binds = [(f.iter, set(target_names(f.target))) for f in walk_local(fn) if isinstance(f, ast.For)] if bound else []
-    binds += [(w.context_expr, set(target_names(w.optional_vars))) for w in walk_local(fn)
-              if bound and isinstance(w, ast.withitem) and w.optional_vars is not None]  # fmt: skip
-    for i in range(rounds + 1):
-        yield exprs
-        if i == rounds:
-            return
-        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
-        exprs = [v for n in names for v in assigned_values(n, walk_local(fn))]
-        exprs += [it for it, targets in binds if targets & names]
-
-
-ANY_ARG = ((-1, ""),)  # the path depends on parameters the call site cannot be matched with: every argument
-
-
-def _path_from_params(mi: ModuleInfo, save: ast.AST) -> tuple[tuple[int, str], ...]:
-    """The (position, name) of the parameters the save path depends on: `torch.save(state, os.path.join(d,
-    f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments back): the caller's arguments name the
-    file. `torch.save(state, "latest.pth")` beside an `epoch` parameter that only goes into the state: none.
-    Names are followed four assignments (or loop targets) back; a position is -1 for keyword-only and star
-    parameters."""
-    fn = mi.enclosing_function(save)
-    args = getattr(fn, "args", None)
-    if not isinstance(save, ast.Call) or args is None:
-        return ANY_ARG
-    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
-    positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
-    params = dict.fromkeys(positional) | dict.fromkeys(a.arg for a in args.kwonlyargs)
-    params |= dict.fromkeys(a.arg for a in (args.vararg, args.kwarg) if a is not None)
-    path = save.args[1] if len(save.args) > 1 else next((k.value for k in save.keywords if k.arg == "f"), None)
-    exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
-    for layer in _earlier(exprs, fn, 4, bound=True):
-        used = {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & set(params)
-        if used:
-            return tuple((positional.index(p) if p in positional else -1, p) for p in sorted(used))
-    return ()
-
-
-def _varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...] = ANY_ARG) -> bool:
-    """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
-    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows.
-    Only the arguments given for `params` (those the helper's path depends on) count, where they can be
-    matched: `save_model(join(d, "model_last.pth"), epoch, model)` passes the epoch into the state only."""
-    fn = mi.enclosing_function(c)
-    exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
-    if params and all(i >= 0 or any(k.arg == name for k in c.keywords) for i, name in params):
-        given = [c.args[i] for i, _ in params if 0 <= i < len(c.args)]
-        given += [k.value for k in c.keywords if any(k.arg == name for _, name in params)]
-        exprs = given if given and not any(isinstance(a, ast.Starred) for a in c.args) else exprs
-    exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
-    # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
-    layers = list(_earlier(exprs, fn, 2))
-    if any(isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse))
-           for layer in layers for v in layer):  # fmt: skip
-        return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
-    first, *earlier = layers
-    # a value set before the loop (FlowNet's `save_path = join(timestamp, ...)`) is the same at every save
-    loops = [n for n in _ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
-    inside = set(walk_local(loops[-1])) if loops else None
-    earlier = [[v for v in layer if inside is None or mi.parent.get(v) in inside] for layer in earlier]
-    texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
-    texts += [ast.unparse(v) for layer in earlier for v in layer]
-    return any(re.search(r"epoch(?!s)|step|" + ITER, t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
-
-
-def _ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:
-    """`node`'s enclosing nodes up to its function, innermost first."""
-    n = mi.parent.get(node)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        yield n
-        n = mi.parent.get(n)
-
-
-def _then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
-    """`model.save(path); break` (or `return`): the final save on the way out of the loop, made once."""
-    stmt: ast.AST | None = c
-    while stmt is not None and not isinstance(stmt, ast.stmt):
-        stmt = mi.parent.get(stmt)
-    block = block_of(mi.parent, stmt)  # type: ignore[arg-type]
-    after = block[block.index(stmt) + 1 :] if block else []
-    return bool(after) and isinstance(after[0], (ast.Break, ast.Return))
 
 
 def _own_training(file: Path, name: str) -> bool:
@@ -440,12 +353,12 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
                 and (target := project.callee(c)) is not None and not NOT_A_SAVE.search(target[1])):  # fmt: skip
             # An epoch or step in the call may name the file inside the helper (through its parameters): no
             # claim then; a path the helper builds without them is in place whatever the call passes.
-            leaves = _then_leaves(mi, c)
+            leaves = then_leaves(mi, c)
             target = instance_target(project, c, target)
             if _own_training(*target):
                 continue  # an epoch function whose file is linted in this run: its own lint reports the save
             for line, message, _ in [
-                h for h in saves_in(*target) if not (h[2] and _varying_args(mi, c, h[2]) or leaves)
+                h for h in saves_in(*target) if not (h[2] and varying_args(mi, c, h[2]) or leaves)
             ][:1]:
                 seen.add((c.lineno, "HL021"))
                 where = relative(project, defining(*target)[0])

@@ -129,3 +129,16 @@ def captured_kind(model: Any, name: str, info: Any) -> str | None:
         return None
     before = [k for line, k in model.info_of(outer).history.get(name, ()) if line < fn.lineno and k != "none"]
     return before[-1] if before else None
+
+
+def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
+    """Python's `max`/`min`/`abs` give back what they are given: `max(new_max_grad, abs(new_min_grad))` of two
+    tensors is a tensor (ENAS's gradient tracker), `max([g.max() for g in grads])` the largest tensor."""
+    if e.keywords or not e.args or any(isinstance(a, ast.Starred) for a in e.args):
+        return None
+    if len(e.args) == 1 and dotted(e.func) != "abs":  # over an iterable: what it holds
+        it = e.args[0]
+        held = isinstance(it, ast.Name) and it.id in info.tensor_lists or model._tensor_values(it, info)
+        return "tensor" if held else None
+    kinds = {model.kind(a, info) for a in e.args}
+    return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)

@@ -147,9 +147,11 @@ class GateModel:
             return False
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))
 
-    def cli_default(self, e: ast.expr) -> object:
+    def cli_default(self, e: ast.expr, across: bool = False) -> object:
         """The default of `args.<name>` from this module's `add_argument("--name", default=...)` (store_true:
-        False, store_false: True); `...` when unknown."""
+        False, store_false: True); `...` when unknown. With `across`, also from the project module whose
+        function made `args` (only HL013 asks: a gate or a loader judged by another file's defaults moved
+        labelled findings both ways, KGAT's `--cf_print_every 1` log gate among them)."""
         if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)):
             return ...
         cache = self.__dict__.setdefault("_cli", None)
@@ -171,7 +173,22 @@ class GateModel:
                     for f in flags:
                         cache[kws["dest"].value if isinstance(kws.get("dest"), ast.Constant) else
                               f.lstrip("-").replace("-", "_")] = value  # fmt: skip
-        return cache.get(e.attr, ...)
+        if e.attr in cache or not across or getattr(self, "_cli_asking", 0):
+            return cache.get(e.attr, ...)
+        from hotloop.lint.imports import Project, defining, load_module  # (imports builds on this module)
+
+        # `args = parse_args_paired_training()` from the project's `training_utils.py` (img2img-turbo): its parser
+        for made in assigned_values(e.value.id, self.nodes):  # type: ignore[attr-defined]
+            target = Project.of(self).callee(made) if isinstance(made, ast.Call) else None  # type: ignore[arg-type]
+            file = defining(*target)[0] if target is not None else None
+            other = load_module(file, file.stat().st_mtime) if file is not None else None
+            if other is not None and other is not self:
+                other._cli_asking = 1  # type: ignore[attr-defined]  # (one file away: no chains, no cycles)
+                found = other.cli_default(e)
+                other._cli_asking = 0  # type: ignore[attr-defined]
+                if found is not ...:
+                    return found
+        return ...
 
     def boundary_gate(self, node: ast.If) -> bool:
         opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)

@@ -227,8 +227,8 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         if target is None and epochs and _trains_an_epoch(c):
             out.append(c)  # `trainer.train(epoch, train_loader)` of a trainer picked from a table: not resolved
             continue
-        if target is None or not_a_step(target[1]):
-            continue
+        if target is None or not_a_step(target[1]) or not epochs and _evaluation_variant(c):
+            continue  # (RIFE's `model.update(imgs, gt, training=False)` in `evaluate`: its step is `if training:`)
         if not _may_step(target[0]) and not (epochs and re.search(r"train|fit|epoch", target[1], re.I)):
             continue  # (an epoch function's step may be a third file's: LightGCN's `Procedure.BPR_train_original`)
         file, name = defining(*target)
@@ -248,6 +248,12 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         ) and fn.name in helper.step_functions:  # fmt: skip
             out.append(c)  # an instance's `forward` that takes the optimizer step (MAML's `Meta`)
     return out
+
+
+def _evaluation_variant(c: ast.Call) -> bool:
+    """The call asks for the helper's evaluation path: `train=False` / `training=False` / `is_train=False`."""
+    return any(k.arg in ("train", "training", "is_train", "is_training") and isinstance(k.value, ast.Constant)
+               and k.value.value is False for k in c.keywords)  # fmt: skip
 
 
 def _steps_of(helper: ModuleInfo) -> list[ast.Call]:
@@ -284,8 +290,7 @@ def _made_step(mi: ModuleInfo, name: ast.Name) -> bool:
 def _returns_a_step(mi: ModuleInfo, fn: ast.AST, name: ast.Name) -> bool:
     for made in assigned_values(name.id, [*walk_local(fn), *(walk_local(mi.tree) if fn is not mi.tree else [])]):
         target = Project.of(mi).callee(made) if isinstance(made, ast.Call) else None
-        if isinstance(made, ast.Call) and any(k.arg in ("train", "training", "is_train") and isinstance(
-                k.value, ast.Constant) and k.value.value is False for k in made.keywords):  # fmt: skip
+        if isinstance(made, ast.Call) and _evaluation_variant(made):
             continue  # `get_step_fn(sde, train=False)`: the evaluation variant
         if target is None or "." in target[1] or not _may_step(target[0]):
             continue
@@ -386,8 +391,15 @@ def _makes_tensors(fn: ast.AST) -> bool:
 def instance_target(project: Project, c: ast.Call, target: tuple[Path, str]) -> tuple[Path, str]:
     """`save_best_model(model, mAP, epoch, out_dir)` with `save_best_model = SaveBestModel()`: the call runs the
     class's `__call__` (its parameters name the file), not its `__init__`."""
-    if "." in target[1] or call_name(c) not in project._instances():
+    if "." in target[1]:
         return target
+    if call_name(c) not in project._instances():
+        # `EarlyStopping(patience=...)` builds the object: what runs is its `__init__`, not the `__call__` that
+        # saves (Time-LLM; the save is reported where the instance is called)
+        if project._class_of(c) is None:
+            return target
+        file, name = defining(*target)
+        return file, f"{name}.__init__"
     file, name = defining(*target)
     helper = load_module(file, file.stat().st_mtime)
     return (file, f"{name}.__call__") if helper is not None and find_def(helper.tree, f"{name}.__call__") else target

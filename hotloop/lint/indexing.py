@@ -53,6 +53,12 @@ class IndexChecks:
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
             return
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
+        # `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of a device tensor (VITS' `slice_segments`)
+        bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper, p.step) if b is not None]
+        read = next((b for b in bounds if self.kind(b) == "tensor" and not self._host(b)), None)
+        if read is not None and self.mi.device_code:
+            self.add("HL001", node, f"`{src(read)}` as a slice bound is read on the host (`__index__`) every step")
+            return
         if any(self._constant_list(i) for i in parts) and self.tensor(node.value):
             self.add("HL024", node, f"`{src(node)}`: indexing with a Python list copies it to the device every step")
         elif (any(self._numpy_index(i) for i in parts) and self.mi.device_code and self.tensor(node.value)

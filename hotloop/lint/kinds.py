@@ -18,17 +18,16 @@ import re
 from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
-from hotloop.lint.forks import branch_kind, captured_kind, counter_entry, lambda_param, narrowed_away, tensor_entry
-from hotloop.lint.syntax import (
-    assigned_values,
-    dotted,
-    is_str,
-    method_name,
-    read_of,
-    refers,
-    target_names,
-    zeroed,
-)  # noqa: F401
+from hotloop.lint.forks import (
+    branch_kind,
+    builtin_kind,
+    captured_kind,
+    counter_entry,
+    lambda_param,
+    narrowed_away,
+    tensor_entry,
+)
+from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
@@ -488,6 +487,8 @@ class KindModel:
             return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks
         if name == "sum" and e.args and self._tensor_values(e.args[0], info):
             return "tensor"  # Python sum of tensors is a tensor
+        if name in ("max", "min", "abs") and (k := builtin_kind(self, e, info)) is not None:
+            return k
         if isinstance(e.func, ast.Name) and self._module_instance(e.func.id):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
         cls = getattr(self, "instances", {}).get(dotted(e.func))  # `self.D = Discriminator(...)` ... `self.D(x)`

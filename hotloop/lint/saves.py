@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.drivers import repeats_runs
 from hotloop.lint.gates import anomaly_branch
 from hotloop.lint.structure import kw
+from hotloop.lint.syntax import block_of, passed_for
 
 LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name given to a save helper
 SAVER = re.compile(r"save(_(model|models|checkpoint|state|ckpt|pretrained|network|networks))?")  # not images
@@ -215,3 +217,105 @@ class SaveChecks:
             return True
         # a directory named by the time of the save (pytorch-seq2seq's `Checkpoint.save`): a new one each time
         return formats_a_counter(text) or bool(re.search(r"strftime\(|datetime\.now\(|time\.time\(\)", text))
+
+
+def _earlier(exprs: list[ast.expr], fn: ast.AST, rounds: int, bound: bool = False) -> Iterator[list[ast.expr]]:
+    """`exprs`, then the values their names were assigned in `fn` (with `bound`, also the iterable or context
+    a `for` or `with` bound them to: `for path in paths`, `with open(p) as f`), `rounds` times back."""
+    binds = [(f.iter, set(target_names(f.target))) for f in walk_local(fn) if isinstance(f, ast.For)] if bound else []
+    binds += [(w.context_expr, set(target_names(w.optional_vars))) for w in walk_local(fn)
+              if bound and isinstance(w, ast.withitem) and w.optional_vars is not None]  # fmt: skip
+    for i in range(rounds + 1):
+        yield exprs
+        if i == rounds:
+            return
+        names = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        exprs = [v for n in names for v in assigned_values(n, walk_local(fn))]
+        exprs += [it for it, targets in binds if targets & names]
+
+
+ANY_ARG = ((-1, ""),)  # the path depends on parameters the call site cannot be matched with: every argument
+
+
+def path_params(mi: ModuleInfo, save: ast.AST, own: ast.AST | None) -> list[tuple[tuple[int, str], ...]]:
+    """The (position, name) of the parameters of `own` (the called helper) the save path depends on:
+    `torch.save(state, os.path.join(d, f"{epoch}_net.pth"))` with `epoch` a parameter (two assignments back):
+    the caller's arguments name the file. `torch.save(state, "latest.pth")` beside an `epoch` parameter that
+    only goes into the state: none. Names are followed four assignments (or loop targets) back; a position is
+    -1 for keyword-only and star parameters. A save in a function nested in `own` gives one answer per call of
+    it there: ForwardTacotron's `save_checkpoint(..., name=f"step{k}K")` calls its inner `helper` once with the
+    fixed "latest" paths, whatever the name, and once with the named ones."""
+    fn = mi.enclosing_function(save)
+    if not isinstance(save, ast.Call) or getattr(fn, "args", None) is None or own is None:
+        return [ANY_ARG]
+    path = save.args[1] if len(save.args) > 1 else next((k.value for k in save.keywords if k.arg == "f"), None)
+    exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
+    if fn is own:
+        return [_depends_on(fn, exprs)]
+    if not isinstance(fn, ast.FunctionDef) or mi.enclosing_function(fn) is not own:
+        return [ANY_ARG]  # a same-file helper elsewhere: any argument of the call may name the file
+    inner = {p for _, p in _depends_on(fn, exprs)}
+    calls = [c for c in walk_local(own) if isinstance(c, ast.Call) and dotted(c.func) == fn.name]
+    out = [_depends_on(own, [e for p in sorted(inner) if (e := passed_for(fn, c, p)) is not None]) for c in calls]
+    return out or [ANY_ARG]
+
+
+def _depends_on(fn: ast.AST, exprs: list[ast.expr]) -> tuple[tuple[int, str], ...]:
+    """The parameters of `fn` that `exprs` are made from (four assignments back)."""
+    args = fn.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in [*args.posonlyargs, *args.args]]
+    positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
+    params = dict.fromkeys(positional) | dict.fromkeys(a.arg for a in args.kwonlyargs)
+    params |= dict.fromkeys(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+    for layer in _earlier(exprs, fn, 4, bound=True):
+        used = {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & set(params)
+        if used:
+            return tuple((positional.index(p) if p in positional else -1, p) for p in sorted(used))
+    return ()
+
+
+def varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...] = ANY_ARG) -> bool:
+    """An argument naming the epoch or step (`save(f"ckpt_{epoch}.pt")`, `save(epoch=epoch)`, a local
+    `checkpoint_dir = f"step{step}"`): the helper may write a new file each time, which only the call shows.
+    Only the arguments given for `params` (those the helper's path depends on) count, where they can be
+    matched: `save_model(join(d, "model_last.pth"), epoch, model)` passes the epoch into the state only."""
+    fn = mi.enclosing_function(c)
+    exprs: list[ast.expr] = [*c.args, *(k.value for k in c.keywords)]
+    if params and all(i >= 0 or any(k.arg == name for k in c.keywords) for i, name in params):
+        given = [c.args[i] for i, _ in params if 0 <= i < len(c.args)]
+        given += [k.value for k in c.keywords if any(k.arg == name for _, name in params)]
+        exprs = given if given and not any(isinstance(a, ast.Starred) for a in c.args) else exprs
+    exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
+    # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
+    layers = list(_earlier(exprs, fn, 2))
+    if any(isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse))
+           for layer in layers for v in layer):  # fmt: skip
+        return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
+    first, *earlier = layers
+    # a value set before the loop (FlowNet's `save_path = join(timestamp, ...)`) is the same at every save
+    loops = [n for n in _ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
+    while len(loops) > 1 and repeats_runs(loops[-1]):
+        loops.pop()  # `for ii in range(args.itr)` around the epochs: its path is fixed within each run
+    inside = set(walk_local(loops[-1])) if loops else None
+    earlier = [[v for v in layer if inside is None or mi.parent.get(v) in inside] for layer in earlier]
+    texts = [ast.unparse(a) for a in first if not isinstance(a, ast.Constant)]
+    texts += [ast.unparse(v) for layer in earlier for v in layer]
+    return any(re.search(r"epoch(?!s)|step|" + ITER, t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
+
+
+def _ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:
+    """`node`'s enclosing nodes up to its function, innermost first."""
+    n = mi.parent.get(node)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        yield n
+        n = mi.parent.get(n)
+
+
+def then_leaves(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`model.save(path); break` (or `return`): the final save on the way out of the loop, made once."""
+    stmt: ast.AST | None = c
+    while stmt is not None and not isinstance(stmt, ast.stmt):
+        stmt = mi.parent.get(stmt)
+    block = block_of(mi.parent, stmt)  # type: ignore[arg-type]
+    after = block[block.index(stmt) + 1 :] if block else []
+    return bool(after) and isinstance(after[0], (ast.Break, ast.Return))

@@ -37,6 +37,7 @@ def lint_project(tmp_path: Path, files: dict[str, str], script: str) -> list[tup
     root, as in a user's checkout)."""
     from hotloop.lint import lint_paths
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "README.md").write_text("x\n")
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

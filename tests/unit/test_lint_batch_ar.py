@@ -1,0 +1,235 @@
+"""Patterns found while scoring held-out batches AR and AS (RIFE, Time-LLM, img2img-turbo, ENAS,
+ForwardTacotron), in our own words. Each test fails without the change it names."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_source
+from tests.unit.helpers import lint_project
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+MODEL = """
+import torch
+
+class Model:
+    def update(self, imgs, gt, lr=0, training=True):
+        pred = self.net(imgs)
+        loss = (pred - gt).abs().mean()
+        if training:
+            self.optim.zero_grad()
+            loss.backward()
+            self.optim.step()
+        return pred, {"loss": loss}
+"""
+
+EVALUATE = """
+import torch
+from model import Model
+
+model = Model()
+
+def evaluate(model, val_data):
+    for imgs, gt in val_data:
+        imgs = imgs.to("cuda", non_blocking=True)
+        with torch.no_grad():
+            pred, info = model.update(imgs, gt, training={flag})
+        errors.append(info["loss"].cpu().numpy())
+
+for epoch in range(100):
+    for imgs, gt in train_data:
+        imgs = imgs.to("cuda", non_blocking=True)
+        pred, info = model.update(imgs, gt, 1e-4)
+    evaluate(model, val_data)
+"""
+
+
+def test_a_call_asking_for_the_evaluation_path_is_no_training_step(tmp_path: Path):
+    """RIFE: `evaluate` calls the same `model.update(...)` as the training loop, with `training=False`, and
+    `update` steps the optimizer only `if training:`. Its loop is an evaluation loop: the `.cpu()` reads of
+    the validation losses are not per training step. Called as a step (`training=True`), the loop trains."""
+    assert (12, "HL007") not in lint_project(tmp_path, {"model.py": MODEL}, EVALUATE.format(flag="False"))
+    assert (12, "HL007") in lint_project(tmp_path / "b", {"model.py": MODEL}, EVALUATE.format(flag="True"))
+
+
+STOPPER = """
+import torch
+
+class EarlyStopping:
+    def __init__(self, patience=7):
+        self.patience = patience
+        self.best = None
+
+    def __call__(self, val_loss, model, path):
+        if self.best is None or val_loss < self.best:
+            self.best = val_loss
+            torch.save(model.state_dict(), path + "/" + "checkpoint")
+"""
+
+RUNS = """
+import os
+import torch
+from tools import EarlyStopping
+
+for ii in range(args.itr):
+    setting = "{}_{}_{}".format(args.model, args.data, ii)
+    path = os.path.join(args.checkpoints, setting)
+    early_stopping = EarlyStopping(patience=args.patience)
+    for epoch in range(args.train_epochs):
+        for x, y in train_loader:
+            loss = model(x.to("cuda", non_blocking=True), y)
+            loss.backward()
+            optimizer.step()
+        vali_loss = vali(model, vali_loader)
+        early_stopping(vali_loss, model, path)
+"""
+
+
+def test_a_callable_saver_is_reported_where_it_is_called_not_where_it_is_built(tmp_path: Path):
+    """Time-LLM: `EarlyStopping(...)` is built once per run (inside `for ii in range(args.itr)`, a loop over
+    whole runs) and called every epoch; its `__call__` saves over `<path>/checkpoint`. Building it runs only
+    `__init__`: the finding belongs on the call (line 16), and the run's `path` (named after `ii`) is the same
+    at every save of that run, so it is no fresh name."""
+    hits = lint_project(tmp_path, {"tools.py": STOPPER}, RUNS)
+    assert (16, "HL021") in hits
+    assert (9, "HL021") not in hits
+
+
+def test_a_flag_default_is_read_from_the_project_module_that_parses_the_arguments(tmp_path: Path):
+    """img2img-turbo: `zero_grad(set_to_none=args.set_grads_to_none)` with `args` from the project's
+    `parse_args_paired_training()`, where the flag is `store_true`: by default zeros are written into every
+    gradient. A flag defaulting to True there is no finding."""
+    parser = """
+    import argparse
+
+    def parse_args_paired_training():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--set_grads_to_none", action="{action}")
+        return parser.parse_args()
+    """
+    script = """
+    import torch
+    from training_utils import parse_args_paired_training
+
+    args = parse_args_paired_training()
+    for step, batch in enumerate(loader):
+        loss = model(batch.to("cuda", non_blocking=True))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=args.set_grads_to_none)
+    """
+    off = lint_project(tmp_path, {"training_utils.py": parser.format(action="store_true")}, script)
+    assert (10, "HL013") in off
+    on = lint_project(tmp_path / "b", {"training_utils.py": parser.format(action="store_false")}, script)
+    assert (10, "HL013") not in on
+
+
+def test_python_max_and_abs_of_tensors_are_tensors():
+    """ENAS's gradient tracker: `max([g.max() for g in grads])` is the largest tensor, `max(a, abs(b))` of
+    two tensors compares them on the host (HL004), and the `if` on the result reads it (HL005). Over Python
+    numbers, neither."""
+    src = """
+    import torch
+
+    def check(abs_max_grad, model):
+        grads = [p.grad.data for p in model.parameters() if p.grad is not None]
+        new_max = max([g.max() for g in grads])
+        new_min = min([g.min() for g in grads])
+        new_abs = max(new_max, abs(new_min))
+        if new_abs > abs_max_grad:
+            return new_abs
+        return abs_max_grad
+
+    def train(model, loader, opt):
+        model.cuda()
+        best = 0
+        for x, y in loader:
+            loss = model(x.cuda(non_blocking=True), y)
+            loss.backward()
+            best = check(best, model)
+            opt.step()
+    """
+    hits = found(src)
+    assert (8, "HL004") in hits and (9, "HL005") in hits
+    numbers = found(src.replace("g.max() for g in grads", "1.0, 2.0").replace("g.min() for g in grads", "3.0, 4.0"))
+    assert (8, "HL004") not in numbers and (9, "HL005") not in numbers
+
+
+CHECKPOINTS = """
+import torch
+
+def save_checkpoint(kind, paths, model, optimizer, *, name=None):
+    def helper(path_dict, is_named):
+        torch.save(model.state_dict(), path_dict["w"])
+        torch.save(optimizer.state_dict(), path_dict["o"])
+
+    latest = {"w": paths.root / f"{kind}_weights.pt", "o": paths.root / f"{kind}_optim.pt"}
+    helper(latest, False)
+    if name:
+        helper({"w": paths.root / f"{name}_weights.pt", "o": paths.root / f"{name}_optim.pt"}, True)
+"""
+
+TRAINER = """
+import torch
+from checkpoints import save_checkpoint
+
+for step, (x, y) in enumerate(loader, 1):
+    loss = model(x.to("cuda", non_blocking=True), y)
+    loss.backward()
+    optimizer.step()
+    if step % 1000 == 0:
+        save_checkpoint("forward", paths, model, optimizer, name=f"forward_step{step // 1000}K")
+"""
+
+
+def test_a_nested_save_helper_called_with_fixed_paths_overwrites_whatever_the_name(tmp_path: Path):
+    """ForwardTacotron: `save_checkpoint(..., name=f"step{k}K")` writes the named files through its inner
+    `helper`, and also, every time, the fixed "latest" files: those are saved in place. With only the named
+    save, each call writes new files: no finding."""
+    assert (10, "HL021") in lint_project(tmp_path, {"checkpoints.py": CHECKPOINTS}, TRAINER)
+    named_only = CHECKPOINTS.replace("    helper(latest, False)\n", "")
+    assert (10, "HL021") not in lint_project(tmp_path / "b", {"checkpoints.py": named_only}, TRAINER)
+
+
+def test_a_method_of_an_object_held_by_an_instance_is_followed_and_the_action_it_returns_is_the_envs():
+    """Popular-RL-Algorithms' SAC: the episode loop calls `sac_trainer.policy_net.get_action(state)`, and the
+    trainer's `__init__` made `self.policy_net = PolicyNetwork(...)`: `PolicyNetwork.get_action` runs every
+    environment step, so its blocking copy of the host-made state counts. The action it returns as numpy is
+    the environment's input, not a sync to remove."""
+    src = """
+    import torch
+    device = torch.device("cuda")
+
+    class PolicyNetwork(torch.nn.Module):
+        def get_action(self, state):
+            state = torch.FloatTensor(state).unsqueeze(0).to(device)
+            mean = self.forward(state)
+            action = torch.tanh(mean).detach().cpu().numpy()[0]
+            return action
+
+    class Trainer:
+        def __init__(self):
+            self.policy_net = PolicyNetwork().to(device)
+
+        def update(self, batch):
+            loss = self.policy_net(batch).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+    sac_trainer = Trainer()
+    for eps in range(1000):
+        state = env.reset()
+        for step in range(200):
+            action = sac_trainer.policy_net.get_action(state)
+            state, reward, done, _ = env.step(action)
+            sac_trainer.update(buffer.sample(64))
+    """
+    hits = found(src)
+    assert (7, "HL012") in hits
+    assert not [h for h in hits if h[0] == 9]
