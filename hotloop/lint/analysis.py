@@ -51,7 +51,7 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
 # calling them is in another file): their copies and reads are per step. (Not a reason to call a loop hot: an
 # evaluation loop feeds data the same way.)
-PER_STEP_METHOD = re.compile(r"^(feed_data|set_input)$")
+PER_STEP_METHOD = re.compile(r"^(feed_data|set_input|parse_batch_train|process_data|_preproc_inputs)$")
 AGENT_UPDATE = re.compile(r"^(update|learn|update_parameters|update_agent|update_policy|train_agent)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 # Given a loss and the optimizer, these save/log/evaluate it or run an epoch: no step (whole words: not `retrieval`)

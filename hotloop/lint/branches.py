@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.analysis import ModuleInfo, call_name, target_names
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names
 from hotloop.lint.structure import src as _src
 
 
@@ -29,6 +29,38 @@ def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
             false = any(isinstance(x, ast.Constant) and not x.value for x in tests)
             true = isinstance(t, ast.Constant) and bool(t.value)
             if false and child in n.body or true and child in n.orelse:
+                return True
+        child, n = n, mi.parent.get(n)
+    return False
+
+
+def _filled(t: ast.expr) -> str:
+    """What a cache-filling test asks about: `self.buf` in `self.buf is None`, `cache` in `key not in cache`,
+    `self.queue` in `not hasattr(self, "queue")`; the first test of an `or` (`self.src_mask is None or
+    self.src_mask.size(0) != len(src)`: rebuilt only when the size changes). '' for any other test."""
+    if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.Or):
+        return _filled(t.values[0])
+    if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and isinstance(t.operand, ast.Call):
+        args = t.operand.args
+        named = len(args) == 2 and isinstance(args[1], ast.Constant) and call_name(t.operand) == "hasattr"
+        return f"{dotted(args[0])}.{args[1].value}" if named else ""  # type: ignore[union-attr]
+    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Is):
+        return dotted(t.left)
+    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.NotIn):
+        return dotted(t.comparators[0])
+    return ""
+
+
+def built_once(mi: ModuleInfo, node: ast.AST) -> bool:
+    """In the body of an `if` that fills a cache (`_filled`) and sets what it tested: built on the first call
+    and kept (HiFi-GAN's `mel_basis`, Real-ESRGAN's training-pair queue, the Transformer's cached causal mask),
+    not every step. A body that does not set it (`if ema is None: other = loss.item()`) runs every time."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and not isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(n, ast.If) and child in n.body and (name := _filled(n.test)):
+            stores = [t for s in n.body for a in ast.walk(s) if isinstance(a, (ast.Assign, ast.AugAssign))
+                      for t in (a.targets if isinstance(a, ast.Assign) else [a.target])]  # fmt: skip
+            if any(dotted(t.value if isinstance(t, ast.Subscript) else t) == name for t in stores):
                 return True
         child, n = n, mi.parent.get(n)
     return False

@@ -20,7 +20,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
-from hotloop.lint.branches import BranchChecks, is_test, never_runs
+from hotloop.lint.branches import BranchChecks, built_once, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import feeds_env
 from hotloop.lint.effects import cross_file_hits, keeps_tensors
@@ -36,6 +36,7 @@ from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import copied, graphless, under_no_grad
 
+PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 LOG_FUNCS = re.compile(
     r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
     r"|([\w.]*\.)?_?\w*(meter|writer|tracker|run|wandb|logger)\.(update|log|log_dict|add_scalar|add_scalars)"
@@ -113,7 +114,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
             self.mi.has_sync_marker(h.node.lineno) or not self.mi.device_code or self.host_read(h.node)
-            or feeds_env(self.mi, h.node)) or never_runs(self.mi, h.node))]  # fmt: skip
+            or feeds_env(self.mi, h.node)) or never_runs(self.mi, h.node)
+            or h.code in PER_STEP and built_once(self.mi, h.node))]  # fmt: skip
 
     def add(self, code: str, node: ast.AST, message: str, edit: Edit | None = None, no_fix: str = "") -> None:
         self.hits.append(Hit(code, node, message, edit, no_fix))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.branches import built_once
 from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, instance_target, load_module, not_a_step
@@ -117,13 +118,6 @@ def _optional(mi: ModuleInfo, name: ast.Name, node: ast.AST) -> bool:
                assigned_values(name.id, walk_local(fn)))  # fmt: skip
 
 
-def _once(mi: ModuleInfo, node: ast.AST) -> bool:
-    """Under `if key not in cache:` / `if self.buf is None:`: built on the first call and kept (HiFi-GAN's
-    `mel_basis`), not every step."""
-    return any(isinstance(t, ast.Compare) and any(isinstance(o, (ast.NotIn, ast.Is)) for o in t.ops)
-               for t in _if_tests(mi, node))  # fmt: skip
-
-
 REDUCTIONS = {"sum", "max", "min", "any", "all", "mean", "amax", "amin", "isfinite", "isnan", "isinf", "equal"}
 
 
@@ -211,7 +205,7 @@ def _carried(mi: ModuleInfo, h: Any, hits: list[Any]) -> bool:
     if not (h.code in EFFECT_CODES or h.code == "HL024" and isinstance(h.node, ast.Call)):
         return False
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
-    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both) and not _once(mi, h.node)
+    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both) and not built_once(mi, h.node)
             and not _empty(h.node) and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
 
 
@@ -245,7 +239,7 @@ def effects(
                 seen = {(line, code) for code, line, *_ in _EFFECTS[key]}
                 _EFFECTS[key] += [(code, c.lineno, message, False, "", _inside(mi, c, own), None) for code, c, message
                                   in hot_call_hits(mi, Project.of(mi), seen, depth - 1, getattr(mi, "made", set()))
-                                  if not _switched(mi, c) and not _once(mi, c)]  # fmt: skip
+                                  if not _switched(mi, c) and not built_once(mi, c)]  # fmt: skip
     return _EFFECTS[key]
 
 

@@ -14,7 +14,9 @@ else the name is a tensor on one path, and a read there may sync.
 
 Also here, the other local facts that override a name's kind at one use: a lambda's own parameter, an
 `isinstance` test that narrows a name away from tensors, and a dict entry the function only ever sets to
-numbers (`state['step'] = 0; state['step'] += 1`).
+numbers (`state['step'] = 0; state['step'] += 1`); and two pieces of the kind model kept here to keep
+`kinds.py` readable: what Python's `max`/`min`/`abs` give back, and the kinds a tuple unpacking of a same-file
+call's result takes position by position.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import re
 from typing import Any
 
 from hotloop.lint.syntax import dotted, target_names
+
+SCALAR_BUILTINS = {"len", "int", "float", "bool", "str", "list", "tuple", "dict", "set", "sorted", "repr", "id", "type"}
 
 
 def _kind_at(info: Any, name: str, line: int, tensor_name: re.Pattern[str]) -> str | None:
@@ -142,3 +146,37 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
         return "tensor" if held else None
     kinds = {model.kind(a, info) for a in e.args}
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+
+
+def unpacked(model: Any, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
+    """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
+    name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+        # `total_loss, total_num, bar = 0.0, 0, tqdm(loader)`: each name its own value
+        return {t.id: ("scalar" if isinstance(v, ast.Constant) else None) for t, v in zip(target.elts, value.elts,
+                strict=True) if isinstance(t, ast.Name) and isinstance(v, ast.Constant)}  # fmt: skip
+    if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Call):
+        return {}
+    out: dict[str, str | None] = {}
+    nested = [e for e in target.elts if isinstance(e, ast.Tuple)]
+    for ref, subs in [(value.func, [target])] + [(a, nested) for a in value.args]:
+        fns = model.functions.get(dotted(ref).split(".")[-1]) if isinstance(ref, (ast.Name, ast.Attribute)) else None
+        rets = [n.value for n in model.walk_local(fns[-1]) if isinstance(n, ast.Return)] if fns else []  # type: ignore[attr-defined]
+        if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
+            continue
+        callee = model.info_of(fns[-1])  # type: ignore[index]
+        for sub in subs:
+            if len(sub.elts) == len(rets[0].elts):  # type: ignore[union-attr]
+                for t, v in zip(sub.elts, rets[0].elts, strict=True):  # type: ignore[union-attr]
+                    if isinstance(t, ast.Name):
+                        out[t.id] = model.kind(v, callee)
+    return out
+
+
+def passed_back(model: Any, value: ast.expr, info: Any) -> set[str]:
+    """The tensor names a call is given (`random_crop(true_pha, true_fgr, true_bgr)`, `kornia.resize(img, s)`):
+    assigned back to the same names, what the call returns is taken for the same tensors transformed."""
+    if not isinstance(value, ast.Call) or isinstance(value.func, ast.Name) and value.func.id in SCALAR_BUILTINS:
+        return set()
+    args = [a.value if isinstance(a, ast.Starred) else a for a in value.args]
+    return {a.id for a in args if isinstance(a, ast.Name) and model.kind(a, info) == "tensor"}

@@ -55,7 +55,7 @@ class IndexChecks:
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
         # `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of a device tensor (VITS' `slice_segments`)
         bounds = [b for p in parts if isinstance(p, ast.Slice) for b in (p.lower, p.upper, p.step) if b is not None]
-        read = next((b for b in bounds if self.kind(b) == "tensor" and not self._host(b)), None)
+        read = next((b for b in bounds if self._tensor_bound(b) and not self._host(b)), None)
         if read is not None and self.mi.device_code:
             self.add("HL001", node, f"`{src(read)}` as a slice bound is read on the host (`__index__`) every step")
             return
@@ -87,6 +87,13 @@ class IndexChecks:
                 f"`{src(node)}`: a Python list of indices from a BatchSampler is copied to the "
                 "device for every minibatch; index with a device tensor (torch.randperm(n, device=...) sliced)",
             )
+
+    def _tensor_bound(self, b: ast.expr) -> bool:
+        """A slice bound known to be a tensor by what made it, not by its name (`batch_size_t`, a Python sum)."""
+        info = self.mi.function_info(b)
+        return self.kind(b) == "tensor" and any(
+            isinstance(n, ast.Name) and n.id in info.tensors or isinstance(n, (ast.Call, ast.Subscript))
+            and self.kind(n) == "tensor" for n in ast.walk(b))  # fmt: skip
 
     def _numpy_index(self, e: ast.expr, depth: int = 0) -> bool:
         """A NumPy array of indices: a name bound only to `np.*(...)` (`np.arange`, `np.random.permutation`)

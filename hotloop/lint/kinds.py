@@ -25,7 +25,9 @@ from hotloop.lint.forks import (
     counter_entry,
     lambda_param,
     narrowed_away,
+    passed_back,
     tensor_entry,
+    unpacked,
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
 
@@ -101,6 +103,9 @@ class KindModel:
         self.info: dict[ast.AST, FunctionInfo] = {}
         self._returns: dict[ast.AST, str | None] = {}
         self._in_progress: set[ast.AST] = set()
+        self._working: set[ast.AST] = set()  # functions whose info is being inferred
+        self._provisional = False  # the inference under way read one of their provisional infos
+        self._tentative: set[ast.AST] = set()  # infos made from provisional ones, dropped when the outermost ends
         self.attribute_kinds: dict[tuple[ast.AST, str], str | None] = {}  # `attributes.class_attribute_kind`'s
 
     def function_info(self, node: ast.AST) -> FunctionInfo:
@@ -108,10 +113,28 @@ class KindModel:
         return self.info_of(fn)
 
     def info_of(self, fn: ast.AST) -> FunctionInfo:
-        if fn not in self.info:
-            self.info[fn] = FunctionInfo(fn)  # provisional, so recursion terminates
-            self.info[fn] = self._infer(fn)
-        return self.info[fn]
+        """`fn`'s kinds. A function whose inference read another's provisional (still empty) info, asked while
+        that one is being worked out (VITS' `slice_segments`, whose caller `rand_slice_segments` passes its
+        `ids_str`), is kept only until the outermost inference ends, then worked out again when next asked:
+        kept for good, it would answer "unknown" depending on which function was asked first."""
+        if fn in self.info:
+            self._provisional |= fn in self._working or fn in self._tentative
+            return self.info[fn]
+        self.info[fn] = FunctionInfo(fn)  # provisional, so recursion terminates
+        outer, self._provisional = self._provisional, False
+        self._working.add(fn)
+        try:
+            self.info[fn] = info = self._infer(fn)
+        finally:
+            self._working.discard(fn)
+        tentative, self._provisional = self._provisional, outer or self._provisional
+        if tentative and self._working:
+            self._tentative.add(fn)
+        elif not self._working:
+            for f in self._tentative - {fn}:
+                del self.info[f]
+            self._tentative.clear()
+        return info
 
     def _infer(self, fn: ast.AST) -> FunctionInfo:
         info = FunctionInfo(fn)
@@ -131,7 +154,7 @@ class KindModel:
                                           right=n.value)  # fmt: skip
                     kind = self.kind(value, info)
                     placeholder = isinstance(value, ast.Constant) and value.value is None
-                    by_position = {k: v for t in targets for k, v in self._unpacked(t, value).items()}
+                    by_position = {k: v for t in targets for k, v in unpacked(self, t, value).items()}
                     for name, k in by_position.items():
                         history.setdefault(name, []).append((n.lineno, k))
                         if k == "scalar":
@@ -146,6 +169,8 @@ class KindModel:
                             history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else k))
                         for name in target_names(t):
                             k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
+                            if k is None and name in passed_back(self, value, info):
+                                k = "tensor"  # `a, b = random_crop(a, b)`: a tensor passed through a transform
                             history.setdefault(name, []).append((n.lineno, "none" if placeholder else k))
                             if placeholder:
                                 continue  # `x = None` (else `x = tensor`): says nothing about x
@@ -286,30 +311,6 @@ class KindModel:
                     info.scalars.add(p)
         finally:
             self._in_progress.discard(fn)
-
-    def _unpacked(self, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
-        """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
-        name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
-        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
-            # `total_loss, total_num, bar = 0.0, 0, tqdm(loader)`: each name its own value
-            return {t.id: ("scalar" if isinstance(v, ast.Constant) else None) for t, v in zip(target.elts, value.elts,
-                    strict=True) if isinstance(t, ast.Name) and isinstance(v, ast.Constant)}  # fmt: skip
-        if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Call):
-            return {}
-        out: dict[str, str | None] = {}
-        nested = [e for e in target.elts if isinstance(e, ast.Tuple)]
-        for ref, subs in [(value.func, [target])] + [(a, nested) for a in value.args]:
-            fns = self.functions.get(dotted(ref).split(".")[-1]) if isinstance(ref, (ast.Name, ast.Attribute)) else None
-            rets = [n.value for n in self.walk_local(fns[-1]) if isinstance(n, ast.Return)] if fns else []  # type: ignore[attr-defined]
-            if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
-                continue
-            callee = self.info_of(fns[-1])  # type: ignore[index]
-            for sub in subs:
-                if len(sub.elts) == len(rets[0].elts):  # type: ignore[union-attr]
-                    for t, v in zip(sub.elts, rets[0].elts, strict=True):  # type: ignore[union-attr]
-                        if isinstance(t, ast.Name):
-                            out[t.id] = self.kind(v, callee)
-        return out
 
     def return_kind(self, fn: ast.AST) -> str | None:
         if fn in self._returns:

@@ -144,9 +144,12 @@ class HostProvenance:
                 return bool(rets) and all(self._host(r, depth + 1) for r in rets)
             if name == "torch.where" and len(e.args) == 1:  # the indices of a host condition
                 return self._host(e.args[0], depth + 1)
-            if name in ("torch.nonzero", "torch.stack", "torch.cat") and e.args:
+            if name.startswith("torch.") and name.count(".") == 1 and e.args and _kw(e, "device") is None:
+                # a torch function of host tensors computes on the host: `torch.cumsum(torch.unique_consecutive(
+                # torch.tensor(sizes), ...)[1], 0)` (DINO's crop boundaries), `torch.cat([a, b])`, `torch.nonzero(m)`
                 first = e.args[0]
                 items = first.elts if isinstance(first, (ast.List, ast.Tuple)) else [first]
+                items += [a for a in e.args[1:] if self.kind(a) == "tensor"]
                 return all(self._host(x, depth + 1) for x in items)
         return False
 

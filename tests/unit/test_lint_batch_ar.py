@@ -233,3 +233,159 @@ def test_a_method_of_an_object_held_by_an_instance_is_followed_and_the_action_it
     hits = found(src)
     assert (7, "HL012") in hits
     assert not [h for h in hits if h[0] == 9]
+
+
+def test_a_device_tensor_as_a_slice_bound_is_read_on_the_host():
+    """VITS/so-vits-svc's `slice_segments`: `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of random
+    device offsets calls `__index__` on a CUDA tensor, one host read per sample every step. Python int bounds
+    (`ids_str = [0] * b`) read nothing."""
+    src = """
+    import torch
+
+    def slice_segments(x, ids_str, size=4):
+        ret = torch.zeros_like(x[:, :, :size])
+        for i in range(x.size(0)):
+            idx_str = ids_str[i]
+            ret[i] = x[i, :, idx_str:idx_str + size]
+        return ret
+
+    def train(model, loader, opt):
+        for x, lengths in loader:
+            x = x.cuda(non_blocking=True)
+            ids = (torch.rand([x.size(0)], device=x.device) * (lengths.cuda(non_blocking=True) - 4)).long()
+            loss = model(slice_segments(x, ids)).mean()
+            loss.backward()
+            opt.step()
+    """
+    assert (8, "HL001") in found(src)
+    assert (8, "HL001") not in found(
+        src.replace("ids = (torch.rand", "ids = [0] * x.size(0)\n            _ = (torch.rand")
+    )
+
+
+def test_a_tensor_computed_from_host_tensors_by_a_torch_function_stays_on_the_host():
+    """DINO's multi-crop wrapper: `idx_crops = torch.cumsum(torch.unique_consecutive(torch.tensor(sizes),
+    return_counts=True)[1], 0)` is computed on the host from a host tensor, so slicing the crops list with
+    its elements reads nothing from the device. The same boundaries moved to the GPU first would be reads."""
+    src = """
+    import torch
+
+    class MultiCrop(torch.nn.Module):
+        def forward(self, x):
+            idx_crops = torch.cumsum(torch.unique_consecutive(
+                torch.tensor([inp.shape[-1] for inp in x]), return_counts=True)[1], 0){move}
+            start_idx, output = 0, []
+            for end_idx in idx_crops:
+                output.append(self.backbone(torch.cat(x[start_idx:end_idx])))
+                start_idx = end_idx
+            return torch.cat(output)
+
+    model = MultiCrop().cuda()
+    for crops in loader:
+        crops = [c.cuda(non_blocking=True) for c in crops]
+        loss = model(crops).mean()
+        loss.backward()
+        opt.step()
+    """
+    assert not [h for h in found(src.format(move="")) if h[1] == "HL001"]
+    assert (10, "HL001") in found(src.format(move=".cuda()"))
+
+
+def test_what_a_function_is_asked_first_does_not_change_its_kinds():
+    """The kind model caches each function's kinds. Worked out while its caller was itself half-way (the
+    caller's info still empty), VITS' `slice_segments` took its `ids_str` for unknown, and kept that: the
+    slice-bound read was found when the script called `slice_segments` itself but lost once the model's
+    forward had reached it first through `rand_slice_segments`. Asked in either order, `idx_str` is a tensor."""
+    import ast
+
+    from hotloop.lint.callers import parse
+
+    src = textwrap.dedent("""
+    import torch
+
+    def slice_segments(x, ids_str, size=4):
+        ret = torch.zeros_like(x[:, :, :size])
+        for i in range(x.size(0)):
+            idx_str = ids_str[i]
+            ret[i] = x[i, :, idx_str:idx_str + size]
+        return ret
+
+    def rand_slice_segments(x, lengths, size=4):
+        ids_str = (torch.rand([x.size(0)], device=x.device) * (lengths - size)).long()
+        ret = slice_segments(x, ids_str, size)
+        return ret, ids_str
+    """)
+    for first in ("rand_slice_segments", "slice_segments"):
+        mi = parse(src, "<commons>")
+        mi.info_of(mi.functions[first][0])
+        bound = next(n for n in mi.nodes if isinstance(n, ast.Name) and n.id == "idx_str" and n.lineno == 8)
+        assert mi.kind(bound, mi.function_info(bound)) == "tensor", first
+
+
+def test_a_trainer_method_named_for_parsing_a_training_batch_runs_every_step():
+    """Dassl's `TrainerX.parse_batch_train(batch)` moves the batch with blocking `.to(self.device)`; its
+    callers are the subclasses' `forward_backward` in other files, but the name says it runs per batch,
+    like BasicSR's `feed_data`."""
+    src = """
+    import torch
+
+    class TrainerX:
+        def parse_batch_train(self, batch):
+            input = batch["img"].to(self.device)
+            label = batch["label"].to(self.device)
+            return input, label
+    """
+    assert (6, "HL012") in found(src) and (7, "HL012") in found(src)
+
+
+def test_a_cache_filled_on_first_use_is_built_once_not_every_step():
+    """Real-ESRGAN's training-pair queue (`if not hasattr(self, "queue_lr"): self.queue_lr = torch.zeros(...)
+    .cuda()`) and the PyTorch example Transformer's causal mask (`if self.src_mask is None or
+    self.src_mask.size(0) != len(src): ... self.src_mask = mask`) are made on the first call and kept. The
+    same copy without the guard, or a guard whose body does not fill what it tests, runs every step."""
+    src = """
+    import torch
+
+    class Model:
+        def step(self, lq):
+            {guard}
+                self.queue_lr = torch.zeros(self.queue_size, *lq.shape[1:]).cuda()
+            if self.src_mask is None or self.src_mask.size(0) != len(lq):
+                {mask} = torch.triu(torch.ones(len(lq), len(lq))).to("cuda")
+            loss = self.net(lq).mean()
+            loss.backward()
+            self.optimizer.step()
+    """
+    hits = found(src.format(guard='if not hasattr(self, "queue_lr"):', mask="self.src_mask"))
+    assert (7, "HL012") not in hits and (9, "HL012") not in hits
+    hits = found(src.format(guard="if True:", mask="mask"))
+    assert (7, "HL012") in hits and (9, "HL012") in hits
+
+
+def test_tensors_passed_through_a_transform_and_assigned_back_stay_tensors():
+    """BackgroundMattingV2: `true_pha, true_fgr, true_bgr = random_crop(true_pha, true_fgr, true_bgr)` (a
+    same-file helper returning a list of kornia results) keeps the CUDA batch; indexing it with a mask made on
+    the host every step copies the mask to the device. A call that turns them into something else under
+    another name says nothing."""
+    src = """
+    import random
+    import torch
+
+    def random_crop(*imgs):
+        results = []
+        for img in imgs:
+            results.append(kornia.center_crop(img, (256, 256)))
+        return results
+
+    for true_pha, true_bgr in loader:
+        true_pha = true_pha.cuda(non_blocking=True)
+        true_bgr = true_bgr.cuda(non_blocking=True)
+        {target} = random_crop(true_pha, true_bgr)
+        aug_idx = torch.rand(len(true_bgr)) < 0.3
+        shadow = true_pha[aug_idx].mul(0.3 * random.random())
+        loss = model(true_bgr, shadow).mean()
+        loss.backward()
+        optimizer.step()
+    """
+    assert (16, "HL024") in found(src.format(target="true_pha, true_bgr"))
+    assert (16, "HL024") not in found(src.format(target="crops").replace("true_pha[aug_idx]", "crops[aug_idx]"))
