@@ -84,7 +84,7 @@ class BranchChecks:
             return
         if isinstance(test, ast.Call) and self.mi.call_name(test) == "bool" and len(test.args) == 1:
             test = test.args[0]  # `if bool(loss == 0):` branches on the tensor inside
-        if self.kind(test) == "scalar" or self._latched(node):
+        if self.kind(test) == "scalar" or self._latched(node) or self._named_only(test):
             return
         if self.tensor(test) or any(
             isinstance(n, ast.Call)
@@ -98,6 +98,13 @@ class BranchChecks:
         ):
             kind = {ast.If: "if", ast.While: "while", ast.Assert: "assert", ast.IfExp: "conditional"}[type(node)]
             self.add("HL005", node, f"`{kind} {_src(test)}` reads a tensor on the host every step")
+
+    def _named_only(self, test: ast.expr) -> bool:
+        """`if focal_loss:` (or `if not dice_loss:`) on a name nothing here made a tensor - a parameter the
+        callers in another file pass `False` for (bubbliiiing's `fit_one_epoch` options): its name is no
+        evidence for a truth test, which on a real multi-element tensor would raise anyway."""
+        t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+        return isinstance(t, ast.Name) and t.id not in self.mi.function_info(t).tensors
 
     def _latched(self, node: ast.AST) -> bool:
         """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in

@@ -23,7 +23,7 @@ from hotloop.lint.analysis import (
 from hotloop.lint.branches import BranchChecks, built_once, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import feeds_env
-from hotloop.lint.effects import cross_file_hits, keeps_tensors
+from hotloop.lint.effects import cross_file_hits, keeps_tensors, logger_reads
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks, loader_class
@@ -160,7 +160,12 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 values += [k.value for k in c.keywords]
                 values += [v for a in values if isinstance(a, ast.Dict) for v in a.values]
                 shown = next((a for a in values if self.tensor(a)), None)
-                if shown is not None and not (meth == "update" and keeps_tensors(self.mi, c)):
+                # a logger that `.item()`s what it gets: any computed value may be a tensor (`-log_prob.mean()`)
+                read = next((a for a in values if a is shown or isinstance(a, (ast.Call, ast.UnaryOp, ast.BinOp))
+                             and self.kind(a) != "scalar"), None)  # fmt: skip
+                if read is not None and (where := logger_reads(self.mi, c)):
+                    self.add("HL001", c, f"`{raw}` reads `{_src(read)}` with `.item()` ({where}) every step")
+                elif shown is not None and not (meth == "update" and keeps_tensors(self.mi, c)):
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
             fmt = c.func.value if meth == "format" and isinstance(c.func, ast.Attribute) else None
             if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`

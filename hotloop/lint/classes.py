@@ -184,10 +184,11 @@ def words(receiver: str) -> list[str]:
     return [p.lower() for p in parts if len(p) >= 3 and p.lower() not in GENERIC]
 
 
-def guess(file: Path, root: Path | None, receiver: str, meth: str) -> tuple[Path, str] | None:
+def guess(file: Path, root: Path | None, receiver: str, meth: str, common: bool = False) -> tuple[Path, str] | None:
     """(file, 'Class.meth') the call `receiver.meth(...)` most likely runs, by the receiver's name, among the
-    classes under `root` (`project_root`)."""
-    if root is None or meth in COMMON or meth.startswith("_") or not (ws := words(receiver)):
+    classes under `root` (`project_root`). A method name common to many classes (`log`, `update`) only when
+    asked (`common`: a logging call whose logger class is wanted)."""
+    if root is None or meth in COMMON and not common or meth.startswith("_") or not (ws := words(receiver)):
         return None
     for path, cls, names in definitions(root, meth):
         if path != file and any(w in n.lower() for w in ws for n in names):

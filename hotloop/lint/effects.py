@@ -21,9 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, target_names, walk_local
 from hotloop.lint.branches import built_once
 from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
+from hotloop.lint.classes import guess
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, instance_target, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
@@ -267,6 +268,24 @@ def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     fn = find_def(helper.tree, name) if helper is not None else None
     text = ast.get_source_segment(helper.source, fn) or "" if fn is not None else ""
     return bool(text) and not HOST_READ.search(text)
+
+
+def logger_reads(mi: ModuleInfo, c: ast.Call) -> str:
+    """`logger.log("train/loss", loss, step)` whose project logger (by the receiver's name, when the object is
+    a parameter: pytorch-sac's and DrQ's `Logger.log`) converts what it is given with `.item()`/`float()`: the
+    call reads the tensor (HL001), it does not format one. Where the read is (`logger.py:167`), or ''."""
+    project = Project.of(mi)
+    target = project.callee(c)
+    if target is None and isinstance(c.func, ast.Attribute) and project.file is not None:
+        target = guess(project.file, project._root(), dotted(c.func.value), c.func.attr, common=True)
+    if target is None:
+        return ""
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    fn = find_def(helper.tree, name) if helper is not None else None
+    read = next((n for n in walk_local(fn) if isinstance(n, ast.Call) and (method_name(n) == "item" or call_name(n)
+                 == "float" and n.args)), None) if fn is not None else None  # fmt: skip
+    return f"{relative(project, file)}:{read.lineno}" if read is not None else ""
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str], ...]]]:

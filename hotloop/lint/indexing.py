@@ -11,6 +11,8 @@ import re
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import src
 
+RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as", "expand_as"}
+
 
 class IndexChecks:
     mi: ModuleInfo
@@ -190,8 +192,10 @@ class IndexChecks:
         `dtype=torch.bool` (`torch.eye(n, dtype=torch.bool).to(device)`)."""
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Invert):
             return self._is_mask(e.operand, node)
-        if isinstance(e, ast.Compare):
-            return self.tensor(e)
+        if isinstance(e, ast.Compare):  # (`attention_mask.reshape(-1) > 0` indexing a tensor: a mask by its name)
+            root = e.left.func.value if isinstance(e.left, ast.Call) and method_name(e.left) in RESHAPES else e.left
+            named = bool(re.search(r"mask$", dotted(root))) and self.tensor(getattr(node, "value", node))  # type: ignore[union-attr]
+            return self.tensor(e) or named
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`
             return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
@@ -199,6 +203,8 @@ class IndexChecks:
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so)
             return bool(re.search(r"(^|_)mask$", e.slice.value)) and self.tensor(getattr(node, "value", node))
+        if isinstance(e, ast.Call) and method_name(e) in RESHAPES and isinstance(e.func, ast.Attribute):
+            return self._is_mask(e.func.value, node)  # `epe.view(-1)[valid.view(-1)]` (RAFT's sequence_loss)
         return isinstance(e, ast.Call) and _bool_made(e)
 
     def _mask_names(self, node: ast.AST) -> set[str]:

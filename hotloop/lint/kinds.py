@@ -481,6 +481,7 @@ class KindModel:
                 return k
         elif (k := self.remote_return_kind(e)) is not None:  # type: ignore[attr-defined]
             return k
+        base = name.split(".")[-2] if base == "forward" and "." in name else base  # `self.model.forward(...)`
         if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
                 and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$|loss_?scale", base)):  # fmt: skip
             return "tensor"

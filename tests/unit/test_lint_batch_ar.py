@@ -389,3 +389,90 @@ def test_tensors_passed_through_a_transform_and_assigned_back_stay_tensors():
     """
     assert (16, "HL024") in found(src.format(target="true_pha, true_bgr"))
     assert (16, "HL024") not in found(src.format(target="crops").replace("true_pha[aug_idx]", "crops[aug_idx]"))
+
+
+def test_a_reshaped_mask_and_a_mask_named_comparison_index_with_a_data_dependent_size():
+    """RAFT's `sequence_loss`: `epe.view(-1)[valid.view(-1)]` with `valid = (valid >= 0.5) & (mag < max)`;
+    the Decision Transformer's trainer: `action_preds.reshape(-1, d)[attention_mask.reshape(-1) > 0]` on the
+    outputs of `self.model.forward(...)`. Both are boolean-mask indexing (HL006) every step; indexing with
+    the reshaped integer positions is not."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train_step(self):
+            states, actions, attention_mask = self.get_batch(self.batch_size)
+            states = states.to("cuda", non_blocking=True)
+            state_preds, action_preds = self.model.forward(states, actions, attention_mask=attention_mask)
+            valid = (state_preds.abs() >= 0.5) & (state_preds < 400)
+            epe = state_preds.view(-1)[{index}]
+            action_preds = action_preds.reshape(-1, 4)[attention_mask.reshape(-1) > 0]
+            loss = ((action_preds - actions) ** 2).mean() + epe.mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+    """
+    hits = found(src.format(index="valid.view(-1)"))
+    assert (10, "HL006") in hits and (11, "HL006") in hits
+    assert (10, "HL006") not in found(src.format(index="positions.view(-1)"))
+
+
+LOGGER = """
+import torch
+
+class Logger:
+    def log(self, key, value, step, n=1):
+        if type(value) == torch.Tensor:
+            value = value.{conv}
+        self._meters[key].update(value, n)
+"""
+
+AGENT_UPDATE = """
+import torch
+from logger import Logger
+
+class SACAgent:
+    def update_critic(self, obs, target_q, logger, step):
+        obs = obs.to("cuda", non_blocking=True)
+        critic_loss = (self.critic(obs) - target_q).pow(2).mean()
+        logger.log("train_critic/loss", critic_loss, step)
+        logger.log("train_critic/q", self.critic(obs).mean(), step)
+        self.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        self.critic_optimizer.step()
+"""
+
+
+def test_a_logger_that_reads_what_it_is_given_is_a_host_read_not_formatting(tmp_path: Path):
+    """pytorch-sac's `logger.log("train_critic/loss", critic_loss, step)`: the project's `Logger.log` does
+    `value.item()` every update (HL001), found through the receiver's name although `logger` is a parameter.
+    A logger that keeps the tensor (`value.detach()`) reads nothing there: then the call is judged as before
+    (HL002, a tensor handed to a logging call)."""
+    hits = lint_project(tmp_path, {"logger.py": LOGGER.format(conv="item()")}, AGENT_UPDATE)
+    assert (9, "HL001") in hits and (10, "HL001") in hits
+    kept = lint_project(tmp_path / "b", {"logger.py": LOGGER.format(conv="detach()")}, AGENT_UPDATE)
+    assert (9, "HL001") not in kept and (9, "HL002") in kept
+
+
+def test_a_truth_test_of_a_parameter_named_like_a_loss_is_an_option_not_a_tensor():
+    """bubbliiiing's U-Net `fit_one_epoch(..., dice_loss, focal_loss, ...)`: `if focal_loss:` tests an option
+    the training script passes as `False`; nothing in the function makes it a tensor, and a name is no evidence
+    for a truth test. A loss computed in the step and then tested is still a read."""
+    src = """
+    import torch
+
+    def fit_one_epoch(model, optimizer, loader, dice_loss, focal_loss):
+        model.cuda()
+        for imgs, labels in loader:
+            imgs = imgs.cuda(non_blocking=True)
+            outputs = model(imgs)
+            {test}
+                loss = focal(outputs, labels)
+            else:
+                loss = ce(outputs, labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (9, "HL005") not in found(src.format(test="if focal_loss:"))
+    assert (10, "HL005") in found(src.format(test="focal_loss = outputs.mean()\n            if focal_loss:"))
