@@ -371,7 +371,10 @@ class FusedStep:
         if plan is None or any(g is None for group in grads for g in group):  # (a parameter without a gradient)
             self._own_step(found_inf)
             return
-        torch._foreach_add_(self.steps, 1 if found_inf is None else 1 - found_inf)  # see the class docstring
+        if found_inf is None:
+            torch._foreach_add_(self.steps, 1)
+        else:  # (the tensor-list overload: a device tensor as the scalar overload's `other` is read on the host)
+            torch._foreach_add_(self.steps, [1 - found_inf] * len(self.steps))  # see the class docstring
         for (group, kernel, params, exp_avgs, exp_avg_sqs, max_sqs, steps), g in zip(plan, grads, strict=True):
             beta1, beta2 = group["betas"]
             kernel(params, g, exp_avgs, exp_avg_sqs, max_sqs, steps, amsgrad=group["amsgrad"], lr=group["lr"],
