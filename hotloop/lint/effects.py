@@ -33,7 +33,7 @@ from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import path_params, then_leaves, varying_args
 from hotloop.lint.syntax import param_defaults
 
-EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023"}
+EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
@@ -200,10 +200,10 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
 
 
 def _carried(mi: ModuleInfo, h: Any, hits: list[Any]) -> bool:
-    """A hit inside a helper that its hot call site reports: one of EFFECT_CODES, or HL024's `torch.tensor(shape,
-    device=d)` built in a loss (not its list indexes); not opted out (`noqa`), switched off, once, or empty; a
-    branch (HL005) only on a reduced tensor."""
-    if not (h.code in EFFECT_CODES or h.code == "HL024" and isinstance(h.node, ast.Call)):
+    """A hit inside a helper that its hot call site reports: one of EFFECT_CODES (HL024 both for `torch.tensor(
+    shape, device=d)` built in a loss and for a host-made index, Fast AutoAugment's `mixup`); not opted out
+    (`noqa`), switched off, once, or empty; a branch (HL005) only on a reduced tensor."""
+    if h.code not in EFFECT_CODES:
         return False
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
     return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both) and not built_once(mi, h.node)

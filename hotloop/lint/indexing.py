@@ -211,14 +211,17 @@ class IndexChecks:
         fn = self.mi.enclosing_function(node)
         out = set()
         for n in walk_local(fn):
-            if isinstance(n, ast.Assign) and (
-                isinstance(n.value, ast.Compare) and self.tensor(n.value)
-                or isinstance(n.value, ast.Call) and _bool_made(n.value)
-                or isinstance(n.value, ast.BinOp) and isinstance(n.value.op, (ast.BitAnd, ast.BitOr))
-                and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (n.value.left, n.value.right))
-            ):  # fmt: skip
+            if isinstance(n, ast.Assign) and self._mask_value(n.value):
                 out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         return out
+
+    def _mask_value(self, v: ast.expr) -> bool:
+        """`x > 0`, `t.bool()`, `(a >= 0.5) & (b < m)`, or one of them reshaped (`(...).unsqueeze(1)`, RAFT-Stereo)."""
+        if isinstance(v, ast.Call) and method_name(v) in RESHAPES and isinstance(v.func, ast.Attribute):
+            return self._mask_value(v.func.value)
+        return (isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
+                or isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr))
+                and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (v.left, v.right)))  # fmt: skip
 
 
 def _bool_made(call: ast.Call) -> bool:

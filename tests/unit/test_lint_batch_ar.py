@@ -476,3 +476,54 @@ def test_a_truth_test_of_a_parameter_named_like_a_loss_is_an_option_not_a_tensor
     """
     assert (9, "HL005") not in found(src.format(test="if focal_loss:"))
     assert (10, "HL005") in found(src.format(test="focal_loss = outputs.mean()\n            if focal_loss:"))
+
+
+def test_a_reshaped_mask_assigned_to_a_name_is_still_a_mask():
+    """RAFT-Stereo's `sequence_loss`: `valid = ((valid >= 0.5) & (mag < max_flow)).unsqueeze(1)`, then
+    `epe.view(-1)[valid.view(-1)]`: boolean-mask indexing every step (HL006)."""
+    src = """
+    import torch
+
+    def sequence_loss(flow_preds, flow_gt, valid, max_flow=700):
+        mag = torch.sum(flow_gt ** 2, dim=1).sqrt()
+        valid = ((valid >= 0.5) & (mag < max_flow)).unsqueeze(1)
+        epe = torch.sum((flow_preds[-1] - flow_gt) ** 2, dim=1).sqrt()
+        epe = epe.view(-1)[valid.view(-1)]
+        return (flow_preds[-1] - flow_gt).abs().mean(), epe
+
+    def train(model, loader, opt):
+        model.cuda()
+        for image, flow, valid in loader:
+            image, flow, valid = [x.cuda(non_blocking=True) for x in (image, flow, valid)]
+            loss, epe = sequence_loss(model(image), flow, valid)
+            loss.backward()
+            opt.step()
+    """
+    assert (8, "HL006") in found(src)
+
+
+def test_a_host_made_index_inside_a_helper_of_another_file_is_reported_at_the_call(tmp_path: Path):
+    """Fast AutoAugment's `mixup` (aug_mixup.py) indexes the CUDA batch with `torch.randperm(n)` made on the
+    host, every step: the cross-file pass carries HL024 to the call, as it carries the helper's reads. Made
+    with `device=`, nothing to report."""
+    helper = """
+    import torch
+
+    def mixup(inputs, targets, alpha):
+        indices = torch.randperm(inputs.size(0){device})
+        return inputs * alpha + inputs[indices] * (1 - alpha), targets
+    """
+    script = """
+    import torch
+    from aug_mixup import mixup
+
+    for data, targets in loader:
+        data, targets = data.cuda(non_blocking=True), targets.cuda(non_blocking=True)
+        data, targets = mixup(data, targets, 0.2)
+        loss = model(data).mean()
+        loss.backward()
+        optimizer.step()
+    """
+    assert (7, "HL024") in lint_project(tmp_path, {"aug_mixup.py": helper.format(device="")}, script)
+    on_device = helper.format(device=", device=inputs.device")
+    assert (7, "HL024") not in lint_project(tmp_path / "b", {"aug_mixup.py": on_device}, script)
