@@ -81,8 +81,10 @@ def _root(file: Path) -> Path:
 def project_flag_zero(file: Path, flag: str) -> bool:
     """Some options module of the project declares `--<flag>` with `default=0` (SPADE's `--nThreads` in
     `options/base_options.py`) and none declares it otherwise."""
-    pattern = re.compile(r"add_argument\(\s*['\"]--" + re.escape(flag) + r"['\"][^)]*?default\s*=\s*(\w+)")
-    defaults = {m.group(1) for _, text in _files(_root(file)) for m in pattern.finditer(text)}
+    named = re.compile(r"add_argument\(\s*['\"]--" + re.escape(flag) + r"['\"][^)]*?default\s*=\s*(\w+)")
+    # (or under another name, `add_argument("--numWorkers", dest="num_workers", default=0)`: LXMERT)
+    dest = re.compile(r"add_argument\((?=[^)]*?dest\s*=\s*['\"]" + re.escape(flag) + r"['\"])[^)]*?default\s*=\s*(\w+)")
+    defaults = {m.group(1) for _, text in _files(_root(file)) for p in (named, dest) for m in p.finditer(text)}
     return defaults == {"0"}
 
 

@@ -23,6 +23,7 @@ from hotloop.lint.syntax import block_of, param_defaults
 
 # A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
 # test_loader)`) reads a few batches once: no evidence of epochs.
+CONFIG = re.compile(r"^(args|opt|opts|config|cfg|hparams|hp|flags)$")  # `args.num_workers` from an options module
 MEASURES = re.compile(r"(^|_)(compute_)?(time|timing|bench|benchmark|profile|visuali[sz]e|show|plot)", re.I)
 _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
@@ -61,7 +62,10 @@ class LoaderChecks:
         workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
             return []
-        if self.mi.cli_default(workers_value) == 0 or self._constant_zero(workers_value):
+        flag = workers_value.attr if isinstance(workers_value, ast.Attribute) and CONFIG.match(dotted(
+            workers_value.value)) and self.mi.path and not self.mi.path.startswith("<") else ""  # fmt: skip
+        if (self.mi.cli_default(workers_value) == 0 or self._constant_zero(workers_value)
+                or flag and project_flag_zero(Path(self.mi.path), flag)):  # fmt: skip
             return []  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
         pin = kws.get("pin_memory")  # `pin_memory=self.pin_memory` from a flag that defaults to 0 (ReChorus): unpinned
         pinned = (
@@ -77,6 +81,15 @@ class LoaderChecks:
         return missing
 
     def _constant_zero(self, e: ast.expr) -> bool:
+        """`num_workers = 0` above, or `self.num_worker` set only from an `__init__` parameter defaulting to 0
+        (TorchDrug's `Engine(..., num_worker=0)`)."""
+        if isinstance(e, ast.Attribute) and dotted(e.value) == "self":
+            values = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign)
+                      and any(dotted(t) == f"self.{e.attr}" for t in n.targets)]  # fmt: skip
+            params = [param_defaults(self.mi.enclosing_function(v)).get(v.id) for v in values
+                      if isinstance(v, ast.Name)]  # fmt: skip
+            return bool(values) and len(params) == len(values) and all(
+                isinstance(d, ast.Constant) and d.value == 0 for d in params)  # fmt: skip
         if not isinstance(e, ast.Name):
             return False
         values = assigned_values(e.id, self.mi.nodes)

@@ -527,3 +527,50 @@ def test_a_host_made_index_inside_a_helper_of_another_file_is_reported_at_the_ca
     assert (7, "HL024") in lint_project(tmp_path, {"aug_mixup.py": helper.format(device="")}, script)
     on_device = helper.format(device=", device=inputs.device")
     assert (7, "HL024") not in lint_project(tmp_path / "b", {"aug_mixup.py": on_device}, script)
+
+
+def test_a_loader_whose_worker_count_defaults_to_zero_elsewhere_has_no_workers_to_keep(tmp_path: Path):
+    """LXMERT: `num_workers=args.num_workers` with the options module declaring `--numWorkers` under
+    `dest="num_workers"`, default 0; TorchDrug: `num_workers=self.num_worker` with `__init__(..., num_worker=0)`.
+    Neither loader has workers to keep alive. A default of 4 has."""
+    param = """
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--numWorkers", dest="num_workers", default={n})
+    args = parser.parse_args()
+    """
+    script = """
+    import torch
+    from torch.utils.data import DataLoader
+    from param import args
+
+    loader = DataLoader(dataset, batch_size=32, shuffle=True, num_workers=args.num_workers, pin_memory=True)
+    model = model.cuda()
+    for epoch in range(10):
+        for x, y in loader:
+            loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+    """
+    assert (6, "HL011") not in lint_project(tmp_path, {"param.py": param.format(n=0)}, script)
+    assert (6, "HL011") in lint_project(tmp_path / "b", {"param.py": param.format(n=4)}, script)
+    engine = """
+    import torch
+    from torch.utils import data
+
+    class Engine:
+        def __init__(self, model, train_set, batch_size=1, num_worker={n}):
+            self.model, self.train_set, self.batch_size = model.cuda(), train_set, batch_size
+            self.num_worker = num_worker
+
+        def train(self, num_epoch=1):
+            loader = data.DataLoader(self.train_set, self.batch_size, pin_memory=True, num_workers=self.num_worker)
+            for epoch in range(num_epoch):
+                for batch in loader:
+                    loss = self.model(batch.cuda(non_blocking=True))
+                    loss.backward()
+                    self.optimizer.step()
+    """
+    assert not [h for h in found(engine.format(n=0)) if h[1] == "HL011"]
+    assert [h for h in found(engine.format(n=4)) if h[1] == "HL011"]
