@@ -184,8 +184,10 @@ class GateModel:
             other = load_module(file, file.stat().st_mtime) if file is not None else None
             if other is not None and other is not self:
                 other._cli_asking = 1  # type: ignore[attr-defined]  # (one file away: no chains, no cycles)
-                found = other.cli_default(e)
-                other._cli_asking = 0  # type: ignore[attr-defined]
+                try:
+                    found = other.cli_default(e)
+                finally:
+                    other._cli_asking = 0  # type: ignore[attr-defined]
                 if found is not ...:
                     return found
         return ...

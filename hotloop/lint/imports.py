@@ -390,7 +390,8 @@ def _makes_tensors(fn: ast.AST) -> bool:
 
 def instance_target(project: Project, c: ast.Call, target: tuple[Path, str]) -> tuple[Path, str]:
     """`save_best_model(model, mAP, epoch, out_dir)` with `save_best_model = SaveBestModel()`: the call runs the
-    class's `__call__` (its parameters name the file), not its `__init__`."""
+    class's `__call__` (its parameters name the file), not its `__init__`; `SaveBestModel(...)` itself runs only
+    the `__init__`."""
     if "." in target[1]:
         return target
     if call_name(c) not in project._instances():
