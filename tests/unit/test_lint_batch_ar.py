@@ -235,11 +235,8 @@ def test_a_method_of_an_object_held_by_an_instance_is_followed_and_the_action_it
     assert not [h for h in hits if h[0] == 9]
 
 
-def test_a_device_tensor_as_a_slice_bound_is_read_on_the_host():
-    """VITS/so-vits-svc's `slice_segments`: `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of random
-    device offsets calls `__index__` on a CUDA tensor, one host read per sample every step. Python int bounds
-    (`ids_str = [0] * b`) read nothing."""
-    src = """
+# VITS' `commons.slice_segments`, shared by the two slice-bound tests below (line 8 is the slice)
+SLICE_SEGMENTS = """
     import torch
 
     def slice_segments(x, ids_str, size=4):
@@ -248,7 +245,16 @@ def test_a_device_tensor_as_a_slice_bound_is_read_on_the_host():
             idx_str = ids_str[i]
             ret[i] = x[i, :, idx_str:idx_str + size]
         return ret
+"""
 
+
+def test_a_device_tensor_as_a_slice_bound_is_read_on_the_host():
+    """VITS/so-vits-svc's `slice_segments`: `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of random
+    device offsets calls `__index__` on a CUDA tensor, one host read per sample every step. Python int bounds
+    (`ids_str = [0] * b`) read nothing."""
+    src = (
+        SLICE_SEGMENTS
+        + """
     def train(model, loader, opt):
         for x, lengths in loader:
             x = x.cuda(non_blocking=True)
@@ -257,6 +263,7 @@ def test_a_device_tensor_as_a_slice_bound_is_read_on_the_host():
             loss.backward()
             opt.step()
     """
+    )
     assert (8, "HL001") in found(src)
     assert (8, "HL001") not in found(
         src.replace("ids = (torch.rand", "ids = [0] * x.size(0)\n            _ = (torch.rand")
@@ -300,21 +307,15 @@ def test_what_a_function_is_asked_first_does_not_change_its_kinds():
 
     from hotloop.lint.callers import parse
 
-    src = textwrap.dedent("""
-    import torch
-
-    def slice_segments(x, ids_str, size=4):
-        ret = torch.zeros_like(x[:, :, :size])
-        for i in range(x.size(0)):
-            idx_str = ids_str[i]
-            ret[i] = x[i, :, idx_str:idx_str + size]
-        return ret
-
+    src = textwrap.dedent(
+        SLICE_SEGMENTS
+        + """
     def rand_slice_segments(x, lengths, size=4):
         ids_str = (torch.rand([x.size(0)], device=x.device) * (lengths - size)).long()
         ret = slice_segments(x, ids_str, size)
         return ret, ids_str
-    """)
+    """
+    )
     for first in ("rand_slice_segments", "slice_segments"):
         mi = parse(src, "<commons>")
         mi.info_of(mi.functions[first][0])
