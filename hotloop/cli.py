@@ -298,8 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--variants",
         help="comma-separated subset of plain,naive,hotloop,lightning,accelerate "
-        "(default: those five), hotloop-graphs (CUDA only: compile=reduce-overhead) and hotloop-step-graph "
-        "(CUDA only: cuda_graph=step)",
+        "(default: those five), hotloop-graphs (CUDA only: compile=reduce-overhead), hotloop-step-graph "
+        "(CUDA only: cuda_graph=step) and hotloop-eager (CUDA only: cuda_graph=off)",
     )
     bench.add_argument("--rounds", type=int, default=5, help="interleaved rounds; the median is reported")
     bench.add_argument("--steps", type=int, help="measured steps per round (after warmup)")

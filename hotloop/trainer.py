@@ -155,8 +155,7 @@ class Trainer:
         if isinstance(optimizer, torch.optim.Optimizer) and sharded:
             raise ConfigError("strategy=fsdp replaces the parameters: pass optimizer= as a factory, not an instance")
         note = print if self.dist.main else (lambda *_: None)
-        # after sharding: FSDP2 swaps in DTensors
-        self.optimizer = resolve_optimizer(optimizer, model, cfg, self.device, note=note)
+        self.optimizer = resolve_optimizer(optimizer, model, cfg, self.device, note=note)  # after FSDP2's DTensors
         wrapped = distributed.wrap_ddp(model, self.device) if strategy == "ddp" and self.dist.active else model
         self.no_sync = distributed.no_sync_for(strategy, wrapped) if self.dist.active else None
         self.eager_model = wrapped
@@ -164,7 +163,10 @@ class Trainer:
         self.forward_model: nn.Module = (
             wrapped if mode is None else torch.compile(wrapped, mode=None if mode == "default" else mode)
         )
-        graphs.check(cfg.cuda_graph, self.device, self.precision.name, self.dist.active, self.optimizer)
+        self.cuda_graph = graphs.resolve(cfg.cuda_graph, self.device, self.precision.name, self.dist.active,
+                                         self.optimizer, uses_cudagraphs(mode))  # fmt: skip
+        """The whole-step CUDA graph mode this run uses: off, step, or auto (`graphs.py`)."""
+        self.precision.cache_enabled = self.cuda_graph == "off"  # before anything compiles: see CapturedStep
         self.scheduler: Any = resolve_scheduler(scheduler, self.optimizer) if scheduler is not None else None
         """Stepped once per optimizer step (ReduceLROnPlateau: at evaluations, on val_loss)."""
         self.state = TrainState()
@@ -266,7 +268,7 @@ class Trainer:
         )
         if self.state.step == 0:
             step_fn.inspect_grads = self._probe_grad_health
-        step_fn = graphs.wrap(step_fn, cfg.cuda_graph, self.device)
+        step_fn = graphs.wrap(step_fn, self.cuda_graph, self.device)  # single-process only: print is rank 0
         self._probes: dict[str, torch.Tensor] = {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         main = self.dist.main  # only rank 0 prints and writes files

@@ -14,7 +14,8 @@ host once every 50 steps at most:
 - `accelerate`: an `Accelerator`-prepared loop over that same batched DataLoader, compiled and bf16 on CUDA.
 - `hotloop-graphs`, `hotloop-step-graph` (opt-in, CUDA only): hotloop with `compile="reduce-overhead"` (CUDA
   graphs of the model's passes) and with `cuda_graph="step"` (the whole step in one graph, `graphs.py`),
-  for launch-bound models such as `mlp`.
+  for launch-bound models such as `mlp`. `hotloop-eager` (CUDA only): hotloop with its default
+  `cuda_graph=auto` turned off - the row `hotloop` was before auto.
 
 A `Window` marks the measured steps (after warmup) and synchronises the device at its two ends only.
 """
@@ -209,8 +210,13 @@ def run_hotloop(w: Workload, device: torch.device, window: Window, **overrides: 
         Trainer(w.make_model(), cfg, callbacks=[Tick()]).fit((w.x, w.y))
 
 
-CUDA_GRAPH_VARIANTS = {"hotloop-graphs": {"compile": "reduce-overhead"}, "hotloop-step-graph": {"cuda_graph": "step"}}
-"""hotloop's opt-in CUDA-graph variants and their config (refused off CUDA by `check_variants`)."""
+CUDA_GRAPH_VARIANTS = {
+    "hotloop-graphs": {"compile": "reduce-overhead"},
+    "hotloop-step-graph": {"cuda_graph": "step"},
+    "hotloop-eager": {"cuda_graph": "off"},
+}
+"""hotloop's CUDA-graph variants and their config (refused off CUDA by `check_variants`): the opt-in modes, and
+the default's `cuda_graph=auto` turned off, to show what auto's graph is worth."""
 
 
 def run_lightning(w: Workload, device: torch.device, window: Window) -> None:

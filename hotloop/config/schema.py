@@ -202,9 +202,11 @@ class TrainConfig:
     """auto (bf16 on capable CUDA, fp16+GradScaler on older CUDA, fp32 on CPU), bf16, fp16, fp32."""
     compile: bool | str = "auto"
     """torch.compile the model: auto (on for CUDA, off for CPU), true/false, or a mode name."""
-    cuda_graph: str = "off"
+    cuda_graph: str = "auto"
     """step: capture the whole train step (forward, backward, clipping, fused optimizer) in one CUDA graph
-    after 3 eager warm-up steps and replay it - for launch-bound models (`graphs.py`). off: eager launches."""
+    after 3 eager warm-up steps and replay it - for launch-bound models (`graphs.py`). auto: the same where it
+    can work, pays (the step is launch-bound) and is safe (warm-up steps 3 and 4 dispatch the same work),
+    otherwise eager; always eager on the CPU. off: eager launches."""
     log_every: int = 50
     """Optimizer steps between log boundaries (one host read each)."""
     log_first_step: bool = False
@@ -347,8 +349,8 @@ class TrainConfig:
             _fail("precision", self.precision, ", ".join(PRECISIONS))
         if not isinstance(self.compile, bool) and self.compile not in COMPILE_MODES:
             _fail("compile", self.compile, "true, false, " + ", ".join(COMPILE_MODES))
-        if self.cuda_graph not in ("off", "step"):
-            _fail("cuda_graph", self.cuda_graph, "off, step")
+        if self.cuda_graph not in ("auto", "off", "step"):
+            _fail("cuda_graph", self.cuda_graph, "auto, off, step")
         if self.cuda_graph == "step":
             for key, bad, why in (("compile", ("reduce-overhead", "max-autotune"), "captures CUDA graphs itself"),
                                   ("precision", ("fp16",), "keeps GradScaler state on the host"),

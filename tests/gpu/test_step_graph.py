@@ -1,7 +1,11 @@
 """`cuda_graph="step"` (`hotloop/graphs.py`): the whole step captured in one CUDA graph trains like the eager
-step, never syncs between boundaries, re-captures after the optimizer's state is replaced, and resumes."""
+step, never syncs between boundaries, re-captures after the optimizer's state is replaced, and resumes.
+`cuda_graph="auto"` (the default) captures the launch-bound `Regressor` and trains like eager, keeps a
+GPU-bound step and a step whose work changes between steps eager."""
 
 from __future__ import annotations
+
+import random
 
 import pytest
 import torch
@@ -52,18 +56,21 @@ def test_step_graph_trains_like_the_eager_step(tmp_path, name, record_property):
                           for a, b, c, d in losses)  # fmt: skip
 
 
+@pytest.mark.parametrize("mode", ["step", "auto"])
 @pytest.mark.parametrize("kw", [{}, {"compile": True, "precision": "bf16", "grad_accum": 2}])
-def test_step_graph_has_no_sync_between_boundaries(tmp_path, kw, record_property):
-    """Checked from step 5: the capture itself (step 4) synchronises once, inside `torch.cuda.graph`."""
+def test_step_graph_has_no_sync_between_boundaries(tmp_path, kw, mode, capsys, record_property):
+    """Checked from step 4, the capture included (step 4 for `step`, 5 for `auto`): it does not synchronise
+    (`torch.cuda.graph` would), nor does auto's timing of warm-up step 2, read at the decision."""
     x, y = regression_data(4096)
-    guard = SyncErrors(6, warmup=5)
+    guard = SyncErrors(6, warmup=3)
     try:
-        t = Trainer(Regressor(), _cfg(tmp_path, cuda_graph="step", **kw), callbacks=[guard])
+        t = Trainer(Regressor(), _cfg(tmp_path, cuda_graph=mode, **kw), callbacks=[guard])
         t.fit((x, y))
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    record_property("figure", f"0 syncs in {guard.checked_steps} checked steps, {t._step_fn.replays} replays")
-    assert guard.checked_steps >= 12 and t._step_fn.replays >= 18
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    record_property("figure", f"0 syncs in {guard.checked_steps} checked steps, {t._step_fn.replays} replays; {notes}")
+    assert guard.checked_steps >= 14 and t._step_fn.replays >= 17 and t._step_fn.captures == 1, notes
 
 
 class ReloadOptimizer(Callback):
@@ -115,3 +122,60 @@ def test_a_step_that_cannot_be_captured_trains_eagerly(tmp_path, record_property
     diff = _max_diff(runs["off"], runs["step"])
     record_property("figure", f"capture refused, {graph.eager_steps} eager steps, max weight diff vs eager {diff:.1e}")
     assert not graph.enabled and graph.replays == 0 and diff < 1e-6
+
+
+@pytest.mark.parametrize("kw", [{"precision": "fp32"}, {"precision": "bf16", "compile": True, "grad_accum": 2}])
+def test_auto_captures_a_launch_bound_step_and_trains_like_eager(tmp_path, kw, capsys, record_property):
+    x, y = regression_data(4096)
+    runs = {}
+    for mode in ("off", "auto"):
+        torch.manual_seed(0)
+        runs[mode] = Trainer(Regressor(extra=True), _cfg(tmp_path / mode, max_steps=40, schedule="warmup_cosine",
+                                                         cuda_graph=mode, **kw))  # fmt: skip
+        runs[mode].fit((x, y))
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    graph = runs["auto"]._step_fn
+    diff = _max_diff(runs["off"], runs["auto"])
+    record_property("figure", f"max weight diff vs eager {diff:.1e}; {graph.captures} capture, {graph.replays} "
+                              f"replays; note: {notes}")  # fmt: skip
+    assert graph.captures == 1 and graph.replays >= 30 and "launch-bound" in notes[0], notes
+    assert diff == 0.0
+
+
+class Wide(torch.nn.Module):
+    """Big matmuls: a GPU-bound step, where a graph would only cost memory."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(6)])
+
+    def forward(self, x, y):
+        return torch.nn.functional.mse_loss(self.layers(x).mean(-1), y)
+
+
+def test_auto_keeps_a_gpu_bound_step_eager(tmp_path, capsys, record_property):
+    x, y = torch.randn(8192 * 2, 4096), torch.randn(8192 * 2)
+    t = Trainer(Wide(), _cfg(tmp_path, max_steps=8, batch_size=8192, precision="fp32"))
+    t.fit((x, y))
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    record_property("figure", f"{notes}")
+    assert t._step_fn.captures == 0 and "GPU-bound" in notes[0], notes
+
+
+def test_auto_keeps_a_step_with_python_side_randomness_eager(tmp_path, capsys, record_property):
+    """A loss function picking an extra term with `random` (as a layer-drop does), wrongly marked graph_safe:
+    a graph would replay one draw forever. Seeded so that warm-up steps 3 and 4 draw differently (with or without the
+    memory check's extra call first)."""
+    rng = random.Random(7)
+
+    def loss_fn(model, batch):
+        loss = model(*batch)
+        return loss + 1e-3 * model.net[0].weight.square().sum() if rng.random() < 0.5 else loss
+
+    loss_fn.graph_safe = True
+    x, y = regression_data(4096)
+    t = Trainer(Regressor(), _cfg(tmp_path, max_steps=12, precision="fp32"), loss_fn=loss_fn)
+    t.fit((x, y))
+    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    record_property("figure", f"{notes}")
+    assert t._step_fn.captures == 0 and "warm-up steps 3 and 4 differ" in notes[0], notes

@@ -72,7 +72,7 @@ def test_overhead_probe_counts_ops():
     assert ops_per_step(LOOPS["hotloop"], steps=20) <= 40  # the host-cost target of issue 13
 
 
-@pytest.mark.parametrize("variant", ["hotloop-graphs", "hotloop-step-graph"])
+@pytest.mark.parametrize("variant", ["hotloop-graphs", "hotloop-step-graph", "hotloop-eager"])
 def test_cuda_graph_variants_are_refused_off_cuda_before_any_variant_runs(variant):
     from hotloop.errors import ConfigError
 
