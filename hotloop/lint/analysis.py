@@ -169,9 +169,18 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             or moves
             and bool(re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
             or bool(self.hot_loops or self.hot_functions)
-            and bool(path)
-            and not path.startswith("<")
-            and project_on_device(Path(path))  # a trainer module whose batches come from another file
+            and (
+                bool(path)
+                and not path.startswith("<")
+                and project_on_device(Path(path))  # a trainer module whose batches come from another file
+                # a library's algorithm that is handed its device (torch-ac's `PPOAlgo(envs, acmodel, device)`)
+                or any(
+                    a.arg == "device"
+                    for fs in self.functions.values()
+                    for f in fs
+                    for a in [*f.args.args, *f.args.kwonlyargs]
+                )  # fmt: skip
+            )
         )
 
     # -- names ----------------------------------------------------------------------------------

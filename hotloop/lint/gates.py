@@ -194,7 +194,9 @@ class GateModel:
 
     def boundary_gate(self, node: ast.If) -> bool:
         opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)
-        return opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
+        return (opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
+                and self.cli_default(node.test) is not True)  # fmt: skip
+        # `if args.log:` with `--no_log` storing False into it (YOLACT): on by default, so its body runs every step
 
     def _off_where_hot(self, node: ast.If) -> bool:
         """`if calc_acc:` in `def forward(model, batch, calc_acc=False)` (nanoT5) whose every call from hot code

@@ -161,13 +161,21 @@ class HostProvenance:
                    and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
         for n in assigns:
             v = n.value
-            moves = isinstance(v, ast.Call) and moves_to_device(v)
-            base = v.func.value if moves else None  # type: ignore[union-attr]
+            # `images, labels = (2 * images.to(device) - 1, ...)` (minimal-diffusion): the value given to the name
+            if isinstance(v, ast.Tuple) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) \
+                    and len(v.elts) == len(n.targets[0].elts):  # fmt: skip
+                v = next(x for t, x in zip(n.targets[0].elts, v.elts, strict=True) if e.id in target_names(t))
+            moves = any(isinstance(c, ast.Call) and moves_to_device(c) and isinstance(c.func, ast.Attribute)
+                        and isinstance(c.func.value, ast.Name) and c.func.value.id == e.id
+                        for c in ast.walk(v))  # fmt: skip
             # `x, y, lengths = to_cuda(x, y, lengths)` (XLM): a mover helper given the very name
             given = isinstance(v, ast.Call) and MOVER_FN.search(dotted(v.func).rpartition(".")[2]) and any(
                 isinstance(a, ast.Name) and a.id == e.id for a in v.args)  # fmt: skip
-            if line < n.lineno and (isinstance(base, ast.Name) and base.id == e.id or given):
-                return not any(line < m.lineno < n.lineno for m in assigns)
+            if line < n.lineno and (moves or given):
+                # nothing binds the name in between, a loop's target included: dgcnn's `label.cpu()` in the train
+                # loop is not before the test loop's `for data, label in test_loader: ... label.to(device)`
+                loops = [f for f in walk_local(fn) if isinstance(f, ast.For) and e.id in target_names(f.target)]
+                return not any(line < m.lineno < n.lineno for m in [*assigns, *loops])
         return False
 
     def _host_param(self, e: ast.Name, fn: ast.AST, depth: int) -> bool:

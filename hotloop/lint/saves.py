@@ -30,11 +30,17 @@ VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|ste
                      r"score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
 
 
+RUN_OPTION = re.compile(r"\b(args|opts?|cfg|config|hparams|FLAGS)\.(\w*s|(max|num|n|total)_\w+)\b")
+"""`{args.epochs}`, `{args.diffusion_steps}`: a total the run was given, the same at every save (minimal-diffusion's
+`epoch_{args.epochs}` file is one file, overwritten each epoch). Not a counter kept on the options
+(`args.current_epoch`, SimCLR's), nor a run's time stamp."""
+
+
 def formats_a_counter(text: str) -> bool:
     """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`, `'ssd_' + repr(iteration)`: the
     name changes each save."""
     formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|(?:str|repr)\(([^)]*)\)", text)
-    return any(VARYING.search(" ".join(g)) for g in formatted)
+    return any(VARYING.search(RUN_OPTION.sub("", " ".join(g))) for g in formatted)
 
 
 class SaveChecks:
