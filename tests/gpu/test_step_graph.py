@@ -179,3 +179,24 @@ def test_auto_keeps_a_step_with_python_side_randomness_eager(tmp_path, capsys, r
     notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
     record_property("figure", f"{notes}")
     assert t._step_fn.captures == 0 and "warm-up steps 3 and 4 differ" in notes[0], notes
+
+
+@pytest.mark.parametrize("kw", [{"precision": "fp32"}, {"precision": "bf16", "compile": True, "grad_accum": 2}])
+def test_auto_checks_replays_against_the_reference_and_keeps_the_graph(tmp_path, kw, monkeypatch, record_property):
+    """Every `VERIFY_EVERY` replays a step runs eagerly under the recorder (every 7th here): on an unchanged step
+    it matches the warm-up's record - the graph stays - and the run still ends with the eager run's weights."""
+    from hotloop import graphs
+
+    monkeypatch.setattr(graphs, "VERIFY_EVERY", 7)
+    x, y = regression_data(4096)
+    runs = {}
+    for mode in ("off", "auto"):
+        torch.manual_seed(0)
+        runs[mode] = Trainer(Regressor(extra=True), _cfg(tmp_path / mode, max_steps=40, schedule="warmup_cosine",
+                                                         cuda_graph=mode, **kw))  # fmt: skip
+        runs[mode].fit((x, y))
+    graph = runs["auto"]._step_fn
+    diff = _max_diff(runs["off"], runs["auto"])
+    record_property("figure", f"max weight diff vs eager {diff:.1e}; {graph.replays} replays, {graph.eager_steps} "
+                              f"eager steps (4 warm-up + checks)")  # fmt: skip
+    assert graph.enabled and graph.captures == 1 and graph.eager_steps >= 4 + 4 and diff == 0.0
