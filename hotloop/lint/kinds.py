@@ -49,8 +49,9 @@ TENSOR_METHODS = {
     "contiguous", "flatten", "permute", "transpose", "std", "var", "prod", "cumsum", "masked_fill", "gather",
     "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
     "chunk", "unbind", "narrow", "expand", "expand_as", "index_select", "roll", "flip", "new_zeros", "new_ones",
-    "new_full", "new_empty", "sigmoid", "tanh", "exp_", "neg", "square", "logsumexp", "nan_to_num",
+    "new_full", "new_empty", "sigmoid", "tanh", "exp_", "neg", "square", "logsumexp", "nan_to_num", "byte",
 }  # fmt: skip
+TENSOR_ONLY = {"byte", "bool", "long", "int", "detach", "unsqueeze", "masked_fill"}  # (not NumPy's, not nn.Module's)
 READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Python
 SCALAR_FUNCS = {
     "float", "int", "bool", "len", "range", "str", "round", "enumerate", "zip", "isinstance", "repr", "time.time",
@@ -467,8 +468,8 @@ class KindModel:
             return "tensor"
         if meth in TENSOR_METHODS and isinstance(e.func, ast.Attribute):
             recv = self.kind(e.func.value, info)
-            if recv in ("tensor", "scalar"):
-                return recv
+            if recv in ("tensor", "scalar") or recv is None and meth in TENSOR_ONLY:
+                return recv or "tensor"  # `batch["has_pose_3d"].byte()` (SPIN): only a tensor has that method
         if meth == "get" and isinstance(e.func, ast.Attribute) and self.kind(e.func.value, info) == "scalar":
             return "scalar"
         base = name.split(".")[-1] if name else ""

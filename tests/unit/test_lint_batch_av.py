@@ -124,3 +124,31 @@ def test_an_algorithm_handed_its_device_is_device_code():
     it runs on is device code (analysis.device_code), so its update loop's reads count; without it, not."""
     assert (13, "HL001") in found(PPO.replace("{params}", "device=None"))
     assert (13, "HL001") not in found(PPO.replace("{params}", "epochs=4"))
+
+
+def test_a_batch_entry_cast_with_a_tensor_only_method_is_a_tensor():
+    """SPIN's `has_pose_3d = input_batch["has_pose_3d"].byte()` with the batch moved in another file: `.byte()` (like
+    `.detach()`, `.long()`, `.unsqueeze()`) exists only on tensors - not on NumPy arrays, not on modules - so
+    `x[has_pose_3d == 1]` in the loss helper is a boolean mask (kinds.TENSOR_ONLY)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def keypoint_3d_loss(self, pred, gt, has_pose_3d):
+            pred = pred[:, 25:, :]
+            gt = gt[:, :, :-1].clone()
+            gt = gt[has_pose_3d == 1]
+            return (pred[has_pose_3d == 1] - gt).abs().mean()
+
+        def train_step(self, input_batch):
+            has_pose_3d = input_batch["has_pose_3d"].byte()
+            loss = self.keypoint_3d_loss(self.model(input_batch["img"]), input_batch["pose_3d"], has_pose_3d)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+        def train(self, loader):
+            for batch in loader:
+                self.train_step({k: v.to("cuda", non_blocking=True) for k, v in batch.items()})
+    """
+    assert [(8, "HL006"), (9, "HL006")] == [f for f in found(src) if f[1] == "HL006"]
