@@ -254,7 +254,9 @@ class HostProvenance:
             if self._moved_in_branch_before(e.id, at):
                 return True
             value = self.value_before(e.id, at)
-            return value is not None and self.on_device(value, value, depth + 1)
+            if value is None:
+                return self._device_param(e, depth)
+            return self.on_device(value, value, depth + 1)
         if isinstance(e, (ast.List, ast.Tuple)):  # `torch.cat([batch_y[:, :k], dec_inp])`: one device, all of them
             return any(self.on_device(x, at, depth + 1) for x in e.elts)
         if isinstance(e, ast.Attribute) and e.attr in ("shape", "dtype", "device", "ndim"):
@@ -263,6 +265,8 @@ class HostProvenance:
             return self.on_device(e.value, at, depth + 1)
         if isinstance(e, ast.BinOp):
             return self.on_device(e.left, at, depth + 1) or self.on_device(e.right, at, depth + 1)
+        if isinstance(e, ast.Compare):  # `(gt_label > 0)` of a device tensor is a device mask
+            return any(self.on_device(x, at, depth + 1) for x in [e.left, *e.comparators])
         if not isinstance(e, ast.Call):
             return False
         name = self.mi.call_name(e)
@@ -276,9 +280,29 @@ class HostProvenance:
             return not (e.args and isinstance(e.args[0], ast.Constant) and e.args[0].value == "cpu")
         if meth in ("cpu", "numpy", "pin_memory"):
             return False
+        if meth == "type" and e.args and re.match(r"torch\.[A-Z]\w*Tensor$", dotted(e.args[0])):
+            return False  # `.type(torch.FloatTensor)`: a CPU tensor type, so a copy to the host (RND's mask)
         if meth and isinstance(e.func, ast.Attribute) and self.on_device(e.func.value, at, depth + 1):
             return True  # `.detach()`, `.view()` of a device tensor
+        if (meth in self.HOST_KEEPING or meth in ("view_as", "reshape_as")) and self._host(e.func.value):
+            return False  # the receiver's device, whatever its arguments' (wgan-gp's `alpha.expand_as(real_data)`)
         return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
+
+    def _device_param(self, e: ast.Name, depth: int) -> bool:
+        """A parameter, read before anything is assigned to it, that every hot same-file call passes a tensor
+        already on the device for (Autoformer's `_predict(batch_x, batch_y, ...)` after `batch_y =
+        batch_y.float().to(self.device)`; its evaluation caller, not hot, passes the batch as loaded)."""
+        fn = self.mi.enclosing_function(e)
+        args = getattr(fn, "args", None)
+        if args is None or e.id not in [a.arg for a in [*args.posonlyargs, *args.args]]:
+            return False
+        if any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in
+               {x for t in getattr(n, "targets", [getattr(n, "target", None)]) if t for x in target_names(t)}
+               for n in walk_local(fn)):  # fmt: skip
+            return False
+        hot = [c for c in self.mi.calls_to.get(getattr(fn, "name", ""), []) if self.mi.in_hot(c)]
+        return bool(hot) and all((g := passed_for(fn, c, e.id)) is not None and self.on_device(g, c, depth + 1)
+                                 for c in hot)  # fmt: skip
 
     def _moved_in_branch_before(self, name: str, at: ast.AST) -> bool:
         """`if self.use_cuda: alpha = alpha.cuda()` in a block around `at`, before it, with no other binding of

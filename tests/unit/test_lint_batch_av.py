@@ -152,3 +152,59 @@ def test_a_batch_entry_cast_with_a_tensor_only_method_is_a_tensor():
                 self.train_step({k: v.to("cuda", non_blocking=True) for k, v in batch.items()})
     """
     assert [(8, "HL006"), (9, "HL006")] == [f for f in found(src) if f[1] == "HL006"]
+
+
+def test_a_helper_given_tensors_already_on_the_device_copies_nothing():
+    """Autoformer's `_predict(batch_x, batch_y)` after `batch_y = batch_y.float().to(self.device)`: its own
+    `batch_y[...].to(self.device)` copies nothing on the training path (provenance._device_param asks every hot
+    same-file call); the evaluation caller, not hot, does not decide it."""
+    src = """
+    import torch
+
+    class Exp:
+        def _predict(self, batch_x, batch_y):
+            dec = torch.cat([batch_y[:, :4], torch.zeros_like(batch_y)], dim=1).to(self.device)
+            out = self.model(batch_x, dec)
+            return out, batch_y[:, -4:].to(self.device)
+
+        def train(self, loader, opt):
+            for batch_x, batch_y in loader:
+                batch_x = batch_x.float().to(self.device, non_blocking=True)
+                batch_y = batch_y.float().to(self.device, non_blocking=True)
+                out, y = self._predict(batch_x, batch_y)
+                loss = ((out - y) ** 2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """
+    assert not [f for f in found(src) if f[1] == "HL012"]
+    moved = "batch_y = batch_y.float().to(self.device, non_blocking=True)"
+    moved_late = src.replace(moved, "batch_y = batch_y.float()")
+    assert (8, "HL012") in found(moved_late)
+
+
+def test_a_host_tensor_shaped_like_a_device_parameter_stays_on_the_host():
+    """wgan-gp: `alpha = torch.rand(b, 1, 1, 1).expand_as(real_data)` is on the host whatever `real_data` is, so
+    its `.cuda()` copies, even now that a helper's parameter can be known to be on the device."""
+    src = """
+    import torch
+
+    class Trainer:
+        def _gradient_penalty(self, real_data, fake):
+            alpha = torch.rand(real_data.size(0), 1, 1, 1)
+            alpha = alpha.expand_as(real_data)
+            alpha = alpha.cuda()
+            return (alpha * real_data + (1 - alpha) * fake).pow(2).mean()
+
+        def train(self, loader, opt):
+            for data in loader:
+                data = data.cuda(non_blocking=True)
+                loss = self.D(data).mean() + self._gradient_penalty(data, self.G(data))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """
+    assert (8, "HL012") in found(src)
+    # RND: a device mask cast with `.type(torch.FloatTensor)` goes to the host, and its `.to(device)` copies back
+    rnd = src.replace("alpha = alpha.cuda()", "alpha = (self.D(data) < 0.5).type(torch.FloatTensor).cuda()")
+    assert (8, "HL012") in found(rnd.replace("self.D(data)", "real_data"))
