@@ -199,7 +199,8 @@ class CapturedStep:
         # before its memory check runs the model (else that compile is guarded on the cache and recompiles).
         # auto keeps it off when it decides for eager launches: turning it on would recompile the model.
         step.precision.cache_enabled = False
-        self.warmup_left = AUTO_WARMUP_STEPS if auto else WARMUP_STEPS
+        self.warmup_steps = AUTO_WARMUP_STEPS if auto else WARMUP_STEPS
+        self.warmup_left = self.warmup_steps
         self.enabled = True
         self.timing: tuple[torch.cuda.Event, torch.cuda.Event, float] | None = None
         """auto: warm-up step 2's CUDA events and host issue time (read at the decision, no sync before)."""
@@ -246,7 +247,7 @@ class CapturedStep:
         self.eager_steps += 1
         if self.warmup_left <= 0 or not self.enabled:
             return self.step(window)
-        done = (AUTO_WARMUP_STEPS if self.auto else WARMUP_STEPS) - self.warmup_left
+        done = self.warmup_steps - self.warmup_left
         self.warmup_left -= 1
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)

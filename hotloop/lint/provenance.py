@@ -97,9 +97,7 @@ class HostProvenance:
             fn = self.mi.enclosing_function(e)
             if self._moved_later(e, fn):
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
-            if not any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in
-                       {x for t in getattr(n, "targets", [getattr(n, "target", None)]) if t for x in target_names(t)}
-                       for n in walk_local(fn)) and self._host_param(e, fn, depth):  # fmt: skip
+            if _unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
             values = []
             for n in walk_local(fn):
@@ -294,11 +292,7 @@ class HostProvenance:
         batch_y.float().to(self.device)`; its evaluation caller, not hot, passes the batch as loaded)."""
         fn = self.mi.enclosing_function(e)
         args = getattr(fn, "args", None)
-        if args is None or e.id not in [a.arg for a in [*args.posonlyargs, *args.args]]:
-            return False
-        if any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in
-               {x for t in getattr(n, "targets", [getattr(n, "target", None)]) if t for x in target_names(t)}
-               for n in walk_local(fn)):  # fmt: skip
+        if args is None or e.id not in [a.arg for a in [*args.posonlyargs, *args.args]] or not _unbound_before(e, fn):
             return False
         hot = [c for c in self.mi.calls_to.get(getattr(fn, "name", ""), []) if self.mi.in_hot(c)]
         return bool(hot) and all((g := passed_for(fn, c, e.id)) is not None and self.on_device(g, c, depth + 1)
@@ -343,3 +337,11 @@ class HostProvenance:
                 return None
             child, n = n, self.mi.parent.get(n)
         return None
+
+
+def _unbound_before(e: ast.Name, fn: ast.AST) -> bool:
+    """Nothing in `fn` binds `e`'s name (an assignment or a loop target) on a line before it: a parameter read as
+    the callers passed it."""
+    return not any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in
+                   {x for t in getattr(n, "targets", [getattr(n, "target", None)]) if t for x in target_names(t)}
+                   for n in walk_local(fn))  # fmt: skip

@@ -23,6 +23,23 @@ def _max_diff(a: Trainer, b: Trainer) -> float:
     return max((p - q).abs().max().item() for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True))
 
 
+def _notes(capsys) -> list[str]:
+    """The `cuda_graph` notes the runs printed so far."""
+    return [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+
+
+def _eager_and_auto(tmp_path, **kw) -> dict[str, Trainer]:
+    """The same 40-step run (a moving LR, two metrics) with `cuda_graph=off` and with `auto`, from one seed."""
+    x, y = regression_data(4096)
+    runs = {}
+    for mode in ("off", "auto"):
+        torch.manual_seed(0)
+        runs[mode] = Trainer(Regressor(extra=True), _cfg(tmp_path / mode, max_steps=40, schedule="warmup_cosine",
+                                                         cuda_graph=mode, **kw))  # fmt: skip
+        runs[mode].fit((x, y))
+    return runs
+
+
 CASES = {
     "fp32": {"precision": "fp32"},
     "fp32-accum-2": {"precision": "fp32", "grad_accum": 2},
@@ -68,7 +85,7 @@ def test_step_graph_has_no_sync_between_boundaries(tmp_path, kw, mode, capsys, r
         t.fit((x, y))
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    notes = _notes(capsys)
     record_property("figure", f"0 syncs in {guard.checked_steps} checked steps, {t._step_fn.replays} replays; {notes}")
     assert guard.checked_steps >= 14 and t._step_fn.replays >= 17 and t._step_fn.captures == 1, notes
 
@@ -126,14 +143,8 @@ def test_a_step_that_cannot_be_captured_trains_eagerly(tmp_path, record_property
 
 @pytest.mark.parametrize("kw", [{"precision": "fp32"}, {"precision": "bf16", "compile": True, "grad_accum": 2}])
 def test_auto_captures_a_launch_bound_step_and_trains_like_eager(tmp_path, kw, capsys, record_property):
-    x, y = regression_data(4096)
-    runs = {}
-    for mode in ("off", "auto"):
-        torch.manual_seed(0)
-        runs[mode] = Trainer(Regressor(extra=True), _cfg(tmp_path / mode, max_steps=40, schedule="warmup_cosine",
-                                                         cuda_graph=mode, **kw))  # fmt: skip
-        runs[mode].fit((x, y))
-    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    runs = _eager_and_auto(tmp_path, **kw)
+    notes = _notes(capsys)
     graph = runs["auto"]._step_fn
     diff = _max_diff(runs["off"], runs["auto"])
     record_property("figure", f"max weight diff vs eager {diff:.1e}; {graph.captures} capture, {graph.replays} "
@@ -157,7 +168,7 @@ def test_auto_keeps_a_gpu_bound_step_eager(tmp_path, capsys, record_property):
     x, y = torch.randn(8192 * 2, 4096), torch.randn(8192 * 2)
     t = Trainer(Wide(), _cfg(tmp_path, max_steps=8, batch_size=8192, precision="fp32"))
     t.fit((x, y))
-    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    notes = _notes(capsys)
     record_property("figure", f"{notes}")
     assert t._step_fn.captures == 0 and "GPU-bound" in notes[0], notes
 
@@ -176,7 +187,7 @@ def test_auto_keeps_a_step_with_python_side_randomness_eager(tmp_path, capsys, r
     x, y = regression_data(4096)
     t = Trainer(Regressor(), _cfg(tmp_path, max_steps=12, precision="fp32"), loss_fn=loss_fn)
     t.fit((x, y))
-    notes = [ln for ln in capsys.readouterr().out.splitlines() if "cuda_graph" in ln]
+    notes = _notes(capsys)
     record_property("figure", f"{notes}")
     assert t._step_fn.captures == 0 and "warm-up steps 3 and 4 differ" in notes[0], notes
 
@@ -188,13 +199,7 @@ def test_auto_checks_replays_against_the_reference_and_keeps_the_graph(tmp_path,
     from hotloop import graphs
 
     monkeypatch.setattr(graphs, "VERIFY_EVERY", 7)
-    x, y = regression_data(4096)
-    runs = {}
-    for mode in ("off", "auto"):
-        torch.manual_seed(0)
-        runs[mode] = Trainer(Regressor(extra=True), _cfg(tmp_path / mode, max_steps=40, schedule="warmup_cosine",
-                                                         cuda_graph=mode, **kw))  # fmt: skip
-        runs[mode].fit((x, y))
+    runs = _eager_and_auto(tmp_path, **kw)
     graph = runs["auto"]._step_fn
     diff = _max_diff(runs["off"], runs["auto"])
     record_property("figure", f"max weight diff vs eager {diff:.1e}; {graph.replays} replays, {graph.eager_steps} "
