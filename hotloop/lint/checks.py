@@ -34,7 +34,7 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import copied, graphless, under_no_grad
+from hotloop.lint.syntax import copied, graphless, reduced, under_no_grad
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 LOG_FUNCS = re.compile(
@@ -248,9 +248,10 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                          "could change the result; add `.to(...)` by hand"  # fmt: skip
             self.add("HL003", c, f"`{_src(c)}` reads each tensor on the host; use `torch.stack`", edit, no_fix)
         if name in ("max", "min", "sorted"):  # Python's sum only adds: device ops, no host read
-            if (len(c.args) == 1 and self.tensorish_iterable(c.args[0])) or (
-                len(c.args) > 1 and all(self.tensor(a) for a in c.args)
-            ):
+            tensors = [a for a in c.args if self.tensor(a)]  # and numbers: `max(n_pos.sum().float(), 1)` (SSD)
+            if (len(c.args) == 1 and self.tensorish_iterable(c.args[0])) or len(c.args) > 1 and (
+                    len(tensors) == len(c.args) or any(reduced(a) for a in tensors) and all(
+                    a in tensors or isinstance(a, ast.Constant) for a in c.args)):  # fmt: skip
                 better = "torch.sort(torch.stack(...))" if name == "sorted" else f"torch.stack(...).{name}()"
                 self.add("HL004", c, f"Python `{name}` over tensors compares/adds on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):

@@ -33,7 +33,7 @@ from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import path_params, then_leaves, varying_args
 from hotloop.lint.syntax import param_defaults
 
-EFFECT_CODES = {"HL001", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
+EFFECT_CODES = {"HL001", "HL004", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
@@ -86,14 +86,17 @@ def _if_tensor(mi: ModuleInfo, node: ast.AST) -> bool:
     return any(_tensor_test(t) for t in _if_tests(mi, node))
 
 
-def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = ()) -> bool:
+def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = (), entry: ast.AST | None = None) -> bool:
     """Under `if self.autobalance:` / `if not self.flag:` / `if self._sync_stats():` / `if self.world_size > 1:`:
     an option of the helper whose value is set elsewhere (often off by default): not known to run every step.
     An option whose other branch does the same (one of `both`) runs it either way; an early `if self.sched is
-    None: return` before it switches it too (pixel-nerf's `sched_step`)."""
+    None: return` before it switches it too (pixel-nerf's `sched_step`). A test of an optional parameter of the
+    called function itself (`entry`) is left to the call site (`modes.given_mode`: AdaBins' `mask=mask`)."""
     fn = mi.enclosing_function(node)
     guards = [s.test for s in getattr(fn, "body", []) if isinstance(s, ast.If) and s.lineno < node.lineno  # type: ignore[attr-defined]
               and len(s.body) == 1 and isinstance(s.body[0], ast.Return) and not s.orelse]  # fmt: skip
+    if _chosen_by_caller(mi, node, fn):
+        return True
     for t in [*_if_tests(mi, node, both), *guards]:
         t = t.operand if isinstance(t, ast.UnaryOp) else t
         if isinstance(t, ast.Compare) and all(isinstance(c, ast.Constant) for c in t.comparators):
@@ -103,7 +106,28 @@ def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = ()) -> 
         if isinstance(t, ast.Attribute) and dotted(t).startswith("self."):
             return True
         if isinstance(t, ast.Name) and _optional(mi, t, node):
+            if fn is entry and isinstance(param_defaults(fn).get(t.id), ast.Constant):
+                continue  # `if mask is not None:` in the forward the loop calls: runs when the call passes a mask
             return True
+    return False
+
+
+def _chosen_by_caller(mi: ModuleInfo, node: ast.AST, fn: ast.AST) -> bool:
+    """`node` is in the body of `if norm_type == inf:` with `norm_type=2` a parameter: a choice the callers must
+    make (a clipping helper's infinity-norm branch), not the default path (its `else:` is)."""
+    child, n = node, mi.parent.get(node)
+    while n is not None and n is not fn:
+        t = n.test if isinstance(n, ast.If) and child in n.body else None
+        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq) and isinstance(
+                t.left, ast.Name):  # fmt: skip
+            default, other = param_defaults(fn).get(t.left.id), t.comparators[0]
+            if (
+                isinstance(default, ast.Constant)
+                and default.value is not None
+                and (isinstance(other, ast.Name) or isinstance(other, ast.Constant) and other.value != default.value)
+            ):
+                return True  # fmt: skip
+        child, n = n, mi.parent.get(n)
     return False
 
 
@@ -199,15 +223,16 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.made = mi.own_hot = set()  # type: ignore[attr-defined]  # the next name starts from the file as is
 
 
-def _carried(mi: ModuleInfo, h: Any, hits: list[Any]) -> bool:
+def _carried(mi: ModuleInfo, h: Any, hits: list[Any], entry: ast.AST | None = None) -> bool:
     """A hit inside a helper that its hot call site reports: one of EFFECT_CODES (HL024 both for `torch.tensor(
     shape, device=d)` built in a loss and for a host-made index, Fast AutoAugment's `mixup`); not opted out
     (`noqa`), switched off, once, or empty; a branch (HL005) only on a reduced tensor."""
     if h.code not in EFFECT_CODES:
         return False
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
-    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both) and not built_once(mi, h.node)
-            and not _empty(h.node) and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
+    return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both, entry)
+            and not built_once(mi, h.node) and not _empty(h.node)
+            and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
 
 
 def effects(
@@ -222,7 +247,8 @@ def effects(
     key = (str(file), file.stat().st_mtime, name, device_code, depth)
     if key not in _EFFECTS:
         with _called(file, name, every_step=True, device_code=device_code) as (mi, hits):
-            kept = [h for h in hits if _carried(mi, h, hits)]
+            entry = find_def(mi.tree, defining(file, name)[1]) if mi is not None else None
+            kept = [h for h in hits if _carried(mi, h, hits, entry)]
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip
@@ -231,7 +257,6 @@ def effects(
             # waits for the device anyway: its read is the finding, not the copy.
             read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}
             own = getattr(mi, "own_hot", set())
-            entry = find_def(mi.tree, defining(file, name)[1])
             _EFFECTS[key] = [(h.code, h.node.lineno, h.message, _if_tensor(mi, h.node),
                               "host" if made[id(h)] else "param" if moves[id(h)] else "", _inside(mi, h.node, own),
                               mode_of(mi, entry, h.node)) for h in kept
@@ -284,8 +309,14 @@ def logger_reads(mi: ModuleInfo, c: ast.Call) -> str:
     helper = load_module(file, file.stat().st_mtime)
     fn = find_def(helper.tree, name) if helper is not None else None
     read = next((n for n in walk_local(fn) if isinstance(n, ast.Call) and (method_name(n) == "item" or call_name(n)
-                 == "float" and n.args)), None) if fn is not None else None  # fmt: skip
+                 == "float" and n.args) or _data0(n)), None) if fn is not None else None  # fmt: skip
     return f"{relative(project, file)}:{read.lineno}" if read is not None else ""
+
+
+def _data0(n: ast.AST) -> bool:
+    """`losses[name].data[0]`: PyTorch 0.3's `.item()` (CycleGAN's `Logger.log`)."""
+    return (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "data"
+            and isinstance(n.slice, ast.Constant) and n.slice.value == 0)  # fmt: skip
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str], ...]]]:

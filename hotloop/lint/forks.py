@@ -45,10 +45,10 @@ def branch_kind(
     for n in model.walk_local(info.node):
         if (
             isinstance(n, ast.Assign)
-            and n.lineno in (first, second)
+            and (n.end_lineno or n.lineno) in (first, second)
             and any(e.id in target_names(t) for t in n.targets)
         ):
-            made[n.lineno] = n
+            made[n.end_lineno or n.lineno] = n
     a, b = made.get(first), made.get(second)
     fork = model.parent.get(a) if a is not None else None
     if not (isinstance(fork, ast.If) and b is not None and model.parent.get(b) is fork):
@@ -148,13 +148,16 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
 
 
-def unpacked(model: Any, target: ast.expr, value: ast.expr) -> dict[str, str | None]:
+def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) -> dict[str, str | None]:
     """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
     name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
     if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
-        # `total_loss, total_num, bar = 0.0, 0, tqdm(loader)`: each name its own value
-        return {t.id: ("scalar" if isinstance(v, ast.Constant) else None) for t, v in zip(target.elts, value.elts,
-                strict=True) if isinstance(t, ast.Name) and isinstance(v, ast.Constant)}  # fmt: skip
+        # `total_loss, total_num, bar = 0.0, 0, tqdm(loader)`, `loss, l1 = loss.item(), l1.item()` (dc-tts): each
+        # name its own value
+        pairs = [(t, v) for t, v in zip(target.elts, value.elts, strict=True) if isinstance(t, ast.Name)]
+        if info is None:
+            return {t.id: "scalar" for t, v in pairs if isinstance(v, ast.Constant)}
+        return {t.id: model.kind(v, info) for t, v in pairs}
     if not isinstance(target, ast.Tuple) or not isinstance(value, ast.Call):
         return {}
     out: dict[str, str | None] = {}

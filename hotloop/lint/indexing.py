@@ -9,6 +9,7 @@ import ast
 import re
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
+from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
 
 RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as", "expand_as"}
@@ -199,7 +200,14 @@ class IndexChecks:
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`
             return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
-            return e.id in self._mask_names(node)
+            if e.id in self._mask_names(node):
+                return True
+            # a `mask` parameter (AdaBins' `SILogLoss.forward(input, target, mask=None)`: `input[mask]`)
+            fn = self.mi.enclosing_function(node)
+            args = getattr(fn, "args", None)
+            params = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]] if args is not None else []
+            return (e.id in params and bool(re.search(r"(^|_)mask$", e.id)) and unbound_before(e, fn)
+                    and self.tensor(getattr(node, "value", node)))  # fmt: skip
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so)
             return bool(re.search(r"(^|_)mask$", e.slice.value)) and self.tensor(getattr(node, "value", node))
@@ -215,10 +223,15 @@ class IndexChecks:
                 out |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         return out
 
-    def _mask_value(self, v: ast.expr) -> bool:
-        """`x > 0`, `t.bool()`, `(a >= 0.5) & (b < m)`, or one of them reshaped (`(...).unsqueeze(1)`, RAFT-Stereo)."""
+    def _mask_value(self, v: ast.expr, depth: int = 0) -> bool:
+        """`x > 0`, `t.bool()`, `(a >= 0.5) & (b < m)`, or one of them reshaped (`(...).unsqueeze(1)`, RAFT-Stereo),
+        also through a name (`pos = conf_t > 0` ... `pos_idx = pos.unsqueeze(2).expand_as(loc)`, SSD's loss)."""
         if isinstance(v, ast.Call) and method_name(v) in RESHAPES and isinstance(v.func, ast.Attribute):
-            return self._mask_value(v.func.value)
+            inner = v.func.value
+            if isinstance(inner, ast.Name) and depth < 2:
+                made = assigned_values(inner.id, [*walk_local(self.mi.enclosing_function(inner))])
+                return bool(made) and all(self._mask_value(m, depth + 1) for m in made)
+            return self._mask_value(inner, depth)
         return (isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
                 or isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr))
                 and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (v.left, v.right)))  # fmt: skip

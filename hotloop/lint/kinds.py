@@ -68,10 +68,8 @@ NOT_TENSOR_TORCH = re.compile(
 )
 HYPER = ("lr", "initial_lr", "momentum", "weight_decay", "betas", "eps")  # a param group's entries: numbers
 CONFIG_NAME = re.compile(r"^(self\.)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options)$")
-TENSOR_COLLECTION = re.compile(
-    r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
-    r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$"
-)
+TENSOR_COLLECTION = re.compile(r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
+                               r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$")  # fmt: skip
 
 
 @dataclass
@@ -150,14 +148,15 @@ class KindModel:
                 if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                     value = n.value
-                    if isinstance(n, ast.AugAssign):
-                        value = ast.BinOp(left=ast.Name(id=dotted(n.target) or "_", ctx=ast.Load()), op=n.op,
-                                          right=n.value)  # fmt: skip
+                    if isinstance(n, ast.AugAssign):  # `running += l`: the target as its assignments above made it
+                        left = ast.copy_location(ast.Name(id=dotted(n.target) or "_", ctx=ast.Load()), n.target)
+                        value = ast.BinOp(left=left, op=n.op, right=n.value)
                     kind = self.kind(value, info)
                     placeholder = isinstance(value, ast.Constant) and value.value is None
-                    by_position = {k: v for t in targets for k, v in unpacked(self, t, value).items()}
+                    by_position = {k: v for t in targets for k, v in unpacked(self, t, value, info).items()}
+                    end = n.end_lineno or n.lineno  # (a use inside a multi-line value reads the name from before)
                     for name, k in by_position.items():
-                        history.setdefault(name, []).append((n.lineno, k))
+                        history.setdefault(name, []).append((end, k))
                         if k == "scalar":
                             info.scalars.add(name)
                         elif k == "tensor":
@@ -172,7 +171,7 @@ class KindModel:
                             k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
                             if k is None and name in passed_back(self, value, info):
                                 k = "tensor"  # `a, b = random_crop(a, b)`: a tensor passed through a transform
-                            history.setdefault(name, []).append((n.lineno, "none" if placeholder else k))
+                            history.setdefault(name, []).append((end, "none" if placeholder else k))
                             if placeholder:
                                 continue  # `x = None` (else `x = tensor`): says nothing about x
                             if k == "tensor":

@@ -58,8 +58,14 @@ class LoaderChecks:
         kws = self._loader_kwargs(c)
         if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
             return []  # **kwargs we cannot see into: the options may be in there
+        args = c.args
+        if (cls := loader_class_def(self.mi, c)) is not None and (passed := _through_super(cls, c)) is not None:
+            kws, args = (
+                passed,
+                [],
+            )  # `class Text2MelDataLoader(DataLoader)` whose `__init__` sets num_workers=8 (dc-tts)
         # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
-        workers_value = kws.get("num_workers", c.args[5] if len(c.args) > 5 else None)
+        workers_value = kws.get("num_workers", args[5] if len(args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:
             return []
         flag = workers_value.attr if isinstance(workers_value, ast.Attribute) and CONFIG.match(dotted(
@@ -71,7 +77,7 @@ class LoaderChecks:
         pinned = (
             pin is not None
             and not (isinstance(pin, ast.Attribute) and self.mi.cli_default(pin) in (0, False))
-            or len(c.args) > 7
+            or len(args) > 7
         )
         missing = []
         if cuda and not pinned:
@@ -359,6 +365,32 @@ def _returned(mi: ModuleInfo, fn: ast.AST, caller: object, call: ast.Call, hops:
 def loader_class(mi: ModuleInfo, c: ast.Call) -> bool:
     """`AudioDataLoader(...)` constructs a project class derived from `DataLoader` (Speech-Transformer,
     Conv-TasNet, pretrain-gnns): its keywords are DataLoader's."""
+    return loader_class_def(mi, c) is not None
+
+
+def _through_super(cls: ast.ClassDef, c: ast.Call) -> dict[str, ast.expr] | None:
+    """The keywords the class's `__init__` hands to `super().__init__(...)`, its own parameters replaced by what
+    the call passes or else their defaults; None when there is no such call (the class takes DataLoader's own)."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    sup = [n for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+           and n.func.attr == "__init__" and isinstance(n.func.value, ast.Call)] if init else []  # fmt: skip
+    if not sup or any(k.arg is None for n in sup for k in n.keywords):
+        return None
+    params = [a.arg for a in init.args.args[1:]]  # type: ignore[union-attr]
+    given = {**dict(zip(params, c.args, strict=False)), **{k.arg: k.value for k in c.keywords if k.arg}}
+    defaults = param_defaults(init)  # type: ignore[arg-type]
+    out = {}
+    for k in sup[0].keywords:  # (with several calls, as SSRNDataLoader's per-mode ones, the first)
+        v = k.value
+        if isinstance(v, ast.Name) and v.id in params:
+            v = given.get(v.id, defaults.get(v.id))  # type: ignore[assignment]
+        if v is not None:
+            out[k.arg] = v  # type: ignore[index]
+    return out
+
+
+def loader_class_def(mi: ModuleInfo, c: ast.Call) -> ast.ClassDef | None:
+    """The project class derived from `DataLoader` that `c` constructs, if it is one."""
     name = call_name(c)
     local = find_def(mi.tree, name, ()) if "." not in name else None
     if isinstance(local, ast.ClassDef):
@@ -368,7 +400,7 @@ def loader_class(mi: ModuleInfo, c: ast.Call) -> bool:
         other = load_module(target[0], target[0].stat().st_mtime) if target is not None else None
         cls = next((n for n in other.tree.body if isinstance(n, ast.ClassDef) and n.name == target[1]), None) \
             if other is not None else None  # type: ignore[index]  # fmt: skip
-    return cls is not None and any(dotted(b).rpartition(".")[2] == "DataLoader" for b in cls.bases)
+    return cls if cls is not None and any(dotted(b).rpartition(".")[2] == "DataLoader" for b in cls.bases) else None
 
 
 def _as_dict(e: ast.expr) -> ast.expr:

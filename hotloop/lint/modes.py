@@ -10,9 +10,10 @@ from __future__ import annotations
 import ast
 
 from hotloop.lint.analysis import ModuleInfo
-from hotloop.lint.syntax import walk_local
+from hotloop.lint.syntax import param_defaults, walk_local
 
 Mode = tuple[str, int, frozenset]  # (parameter, its position after self, the constants it runs for)
+GIVEN = frozenset({"<given>"})  # `if mask is not None:` with `mask=None` a parameter: runs when the call passes one
 
 
 def _params(fn: ast.AST) -> list[str]:
@@ -26,6 +27,8 @@ def _tests(mi: ModuleInfo, node: ast.AST, params: list[str]) -> Mode | None:
     child, n = node, mi.parent.get(node)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
         t = n.test if isinstance(n, ast.If) and child in n.body else None
+        if (p := optional(t, params, mi.enclosing_function(node))) is not None:
+            return (p, params.index(p), GIVEN)
         if isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id in params and len(t.ops) == 1:
             right = t.comparators[0]
             values = right.elts if isinstance(t.ops[0], ast.In) and isinstance(right, (ast.Tuple, ast.List)) else (
@@ -35,6 +38,17 @@ def _tests(mi: ModuleInfo, node: ast.AST, params: list[str]) -> Mode | None:
                 return (t.left.id, params.index(t.left.id), consts)
         child, n = n, mi.parent.get(n)
     return None
+
+
+def optional(t: ast.expr | None, params: list[str], fn: ast.AST | None) -> str | None:
+    """The parameter of `fn` whose default is None that `if mask is not None:` / `if mask:` tests."""
+    if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.IsNot) and isinstance(
+            t.comparators[0], ast.Constant) and t.comparators[0].value is None:  # fmt: skip
+        t = t.left
+    if not isinstance(t, ast.Name) or t.id not in params or fn is None:
+        return None
+    default = param_defaults(fn).get(t.id)
+    return t.id if isinstance(default, ast.Constant) and default.value is None else None
 
 
 def mode_of(mi: ModuleInfo, entry: ast.AST | None, node: ast.AST) -> Mode | None:
@@ -58,4 +72,7 @@ def passes_other(c: ast.Call, mode: Mode | None) -> bool:
     given = next((k.value for k in c.keywords if k.arg == name), None)
     if given is None and position < len(c.args) and not any(isinstance(a, ast.Starred) for a in c.args):
         given = c.args[position]
+    if consts is GIVEN:  # the read runs only when the call passes a value (not None) for the parameter
+        unseen = any(isinstance(a, ast.Starred) for a in c.args) or any(k.arg is None for k in c.keywords)
+        return not unseen and (given is None or isinstance(given, ast.Constant) and given.value is None)
     return isinstance(given, ast.Constant) and isinstance(given.value, str) and given.value not in consts

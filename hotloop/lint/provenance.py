@@ -97,7 +97,7 @@ class HostProvenance:
             fn = self.mi.enclosing_function(e)
             if self._moved_later(e, fn):
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
-            if _unbound_before(e, fn) and self._host_param(e, fn, depth):
+            if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
             values = []
             for n in walk_local(fn):
@@ -105,6 +105,8 @@ class HostProvenance:
                     values.append(n.iter)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
                 if not isinstance(n, (ast.Assign, ast.AugAssign)):
                     continue
+                if n.lineno <= e.lineno <= (n.end_lineno or n.lineno) and any(x is e for x in ast.walk(n.value)):
+                    continue  # `loc_t = loc_t.cuda()` (RetinaFace's loss): the value read is the one from before
                 for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                     if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
                         values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
@@ -203,6 +205,7 @@ class HostProvenance:
             return True
         return isinstance(e, ast.Name) and any(
             isinstance(v, ast.IfExp) and any(dotted(b).startswith("torch.cuda.") for b in (v.body, v.orelse))
+            or dotted(v).startswith("torch.cuda.") and dotted(v).endswith("Tensor")
             for v in assigned_values(e.id, self.mi.nodes))  # fmt: skip
 
     def host_built(self, c: ast.Call) -> bool:
@@ -226,8 +229,10 @@ class HostProvenance:
             src = src.value
         if not (isinstance(dst, ast.Name) and isinstance(src, ast.Name)):
             return False
+        # moved there, or made there: `input_A = Tensor(b, c, h, w)` with `Tensor = torch.cuda.FloatTensor` (CycleGAN)
         moved = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and dst.id in
-                    {x for t in n.targets for x in target_names(t)} and moves_to_device(n.value)
+                    {x for t in n.targets for x in target_names(t)}
+                    and (moves_to_device(n.value) or self.cuda_type(n.value.func))
                     for n in self.mi.nodes)  # fmt: skip
         return moved and self._from_loader(src)
 
@@ -292,7 +297,7 @@ class HostProvenance:
         batch_y.float().to(self.device)`; its evaluation caller, not hot, passes the batch as loaded)."""
         fn = self.mi.enclosing_function(e)
         args = getattr(fn, "args", None)
-        if args is None or e.id not in [a.arg for a in [*args.posonlyargs, *args.args]] or not _unbound_before(e, fn):
+        if args is None or e.id not in [a.arg for a in [*args.posonlyargs, *args.args]] or not unbound_before(e, fn):
             return False
         hot = [c for c in self.mi.calls_to.get(getattr(fn, "name", ""), []) if self.mi.in_hot(c)]
         return bool(hot) and all((g := passed_for(fn, c, e.id)) is not None and self.on_device(g, c, depth + 1)
@@ -339,7 +344,7 @@ class HostProvenance:
         return None
 
 
-def _unbound_before(e: ast.Name, fn: ast.AST) -> bool:
+def unbound_before(e: ast.Name, fn: ast.AST) -> bool:
     """Nothing in `fn` binds `e`'s name (an assignment or a loop target) on a line before it: a parameter read as
     the callers passed it."""
     return not any(isinstance(n, (ast.Assign, ast.AugAssign, ast.For)) and n.lineno < e.lineno and e.id in

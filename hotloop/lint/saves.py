@@ -43,6 +43,13 @@ def formats_a_counter(text: str) -> bool:
     return any(VARYING.search(RUN_OPTION.sub("", " ".join(g))) for g in formatted)
 
 
+def _fixed_file(v: ast.expr) -> bool:
+    """`"checkpoint.pth.tar"` or `os.path.join(root, "last.pt")`: a file name with nothing in it that varies."""
+    if isinstance(v, ast.Call) and dotted(v.func).endswith("path.join") and v.args:
+        v = v.args[-1]
+    return isinstance(v, ast.Constant) and isinstance(v.value, str) and bool(re.search(r"\.\w+$", v.value))
+
+
 class SaveChecks:
     mi: ModuleInfo
     value_before: Callable[[str, ast.AST], ast.expr | None]
@@ -197,6 +204,8 @@ class SaveChecks:
                 # only the assignment just before the save names what it writes; further back, any of them may.
                 last = self.value_before(name, c) if depth == 0 else None
                 values = [last] if last is not None else assigned_values(name, walk_local(fn))
+                if depth == 0 and last is None and len(values) > 1 and any(_fixed_file(v) for v in values):
+                    return False  # `if cur_iter is None: f = join(p, "checkpoint.pth.tar") else: f = ...%d...`
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
                     if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse)):
                         return False  # `"best.pt" if is_best else f"iter_{step}.pt"`: one branch is a fixed name

@@ -208,3 +208,10 @@ def passed_for(fn: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
         i -= len(params) - len(tail)
         return tail[i] if 0 <= i < len(tail) else None
     return call.args[i] if i < len(call.args) else None
+
+
+def reduced(e: ast.expr) -> bool:
+    """`n_pos.data.sum().float()`, `d - mask_len.max()`: a value computed by a tensor reduction, not a Python
+    number that only looks like a tensor by its name (`max((x - 1.0) / (warmup - 1.0), 0)`)."""
+    return any(isinstance(n, ast.Call) and method_name(n) in ("sum", "max", "min", "mean", "norm", "float", "long")
+               for n in ast.walk(e))  # fmt: skip
