@@ -58,6 +58,7 @@ EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_
 NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
                              r"|report|write)($|_)", re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda)$")  # a batch mover helper
 
 
 def call_name(call: ast.Call) -> str:
@@ -140,6 +141,8 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 # `accelerator.backward(loss)` in a helper module the Accelerate script calls: its device
                 or method_name(n) == "backward"
                 and bool(re.search(r"accelerator|fabric", dotted(n.func), re.I))
+                or isinstance(n.func, ast.Name)
+                and bool(MOVER_FN.search(n.func.id))  # `to_device(X, self.device)`
             )
             for n in self.nodes
         ) or bool(
@@ -456,6 +459,11 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         from hotloop.lint.imports import remote_return_kind  # (imports needs this module)
 
         return remote_return_kind(self, call)
+
+    def remote_positions(self, call: ast.Call) -> list[str | None]:
+        from hotloop.lint.imports import remote_positions
+
+        return remote_positions(self, call)
 
     def has_sync_marker(self, line: int) -> bool:
         return 0 < line <= len(self.lines) and "# sync:" in self.lines[line - 1]

@@ -61,6 +61,10 @@ class CallModel:
             return self._methods(cls, call.func.attr)  # type: ignore[union-attr]  # `Checkpoint(model).save()`
         if (cls := self.instances.get(dotted(call.func))) is not None:  # `criterion(pred, y)`: the module's forward
             return self._methods(cls, "forward", "__call__")
+        if (isinstance(call.func, ast.Name) and call.func.id == "model" and isinstance(
+                fn := self.enclosing_function(call), ast.FunctionDef) and any(dotted(d) == "staticmethod" for d in
+                fn.decorator_list) and isinstance(cls := self.parent.get(fn), ast.ClassDef)):  # fmt: skip
+            return self._methods(cls, "forward")  # `KGEModel.train_step(model, ...)`: the model is a KGEModel
         found = self._next_targets.get(call) or self.functions.get(self.local_target(call), []) or self._chosen(call)
         if isinstance(call.func, ast.Attribute) and dotted(call.func.value) in ("self", "cls"):
             # a method, never a module-level function (`self.main(x)` of an nn.Sequential is not `def main()`)

@@ -148,6 +148,11 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
 
 
+# `loss, tb_dict, disp_dict = model_func(model, batch)`: the records a model call returns beside its tensors (whole
+# words: `pred_disp`, a disparity map, is a tensor)
+RECORD = re.compile(r"(^|_)(dict|info|infos|stats|metrics|summary|logs?)$", re.I)
+
+
 def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) -> dict[str, str | None]:
     """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
     name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
@@ -173,6 +178,12 @@ def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) ->
                 for t, v in zip(sub.elts, rets[0].elts, strict=True):  # type: ignore[union-attr]
                     if isinstance(t, ast.Name):
                         out[t.id] = model.kind(v, callee)
+    if not out and hasattr(model, "remote_positions"):  # a helper in another file: only the numbers it returns
+        positions = model.remote_positions(value)
+        if "scalar" in positions and len(positions) == len(target.elts):  # (the others: what the call is taken for)
+            whole = model.kind(value, info) if info is not None else None
+            out = {t.id: k or (None if RECORD.search(t.id) else whole)
+                   for t, k in zip(target.elts, positions, strict=True) if isinstance(t, ast.Name)}  # fmt: skip
     return out
 
 

@@ -376,6 +376,27 @@ def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
     return kind if kind == "scalar" or kind == "tensor" and _makes_tensors(fn) else None
 
 
+def remote_positions(mi: ModuleInfo, call: ast.Call) -> list[str | None]:
+    """`loss_id, sim_improvement, logs = self.id_loss(y_hat, y, x)` whose project helper (a function, or a class's
+    `forward`) returns a tuple: the positions every return fills with a Python number ("scalar"), else None."""
+    target = Project.of(mi).callee(call) if mi.path and not mi.path.startswith("<") else None
+    if target is None:
+        return []
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    fn = find_def(helper.tree, name) if helper is not None else None
+    if isinstance(fn, ast.ClassDef):
+        fn = find_def(helper.tree, f"{name}.forward") or find_def(helper.tree, f"{name}.__call__")  # type: ignore[union-attr]
+    if fn is None or helper is mi:
+        return []
+    rets = [r.value for r in walk_local(fn) if isinstance(r, ast.Return) and r.value is not None]
+    if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):  # type: ignore[attr-defined]
+        return []
+    info = helper.info_of(fn)  # type: ignore[union-attr]
+    return ["scalar" if all(helper.kind(r.elts[i], info) == "scalar" for r in rets) else None  # type: ignore[union-attr,attr-defined]
+            for i in range(len(rets[0].elts))]  # type: ignore[attr-defined]  # fmt: skip
+
+
 def _makes_tensors(fn: ast.AST) -> bool:
     """Every return builds tensors with torch itself (`torch.as_tensor(x, device=d)`, or a tuple of them): not a
     trainer's `get_num_updates()` whose attribute only looks like one."""

@@ -52,7 +52,9 @@ class IndexChecks:
         if store and not any(self._numpy_index(i) or self._host_index(i)
                              for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx])):  # fmt: skip
             return
-        if not store and self._is_mask(idx, node) and not self._host(idx):  # a CPU-made mask: its count is on the host
+        # (also a mask among the indices: `gt_vertices[has_smpl, :, :]`, SPIN)
+        masks = [i for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx]) if self._is_mask(i, node)]
+        if not store and masks and not any(self._host(m) for m in masks):  # a CPU-made mask: its count is on the host
             self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
             return
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
@@ -241,7 +243,7 @@ def _bool_made(call: ast.Call) -> bool:
     """`t.bool()`, `torch.eye(n, dtype=torch.bool)`, and either followed by `.to(...)`/`.cuda()`."""
     e: ast.expr = call
     while isinstance(e, ast.Call):
-        if method_name(e) == "bool" or any(k.arg == "dtype" and dotted(k.value) in ("torch.bool", "bool")
+        if method_name(e) in ("bool", "byte") or any(k.arg == "dtype" and dotted(k.value) in ("torch.bool", "bool")
                                            for k in e.keywords):  # fmt: skip
             return True
         e = e.func.value if isinstance(e.func, ast.Attribute) else e.func

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from hotloop.lint.attributes import class_attribute_kind
 from hotloop.lint.forks import (
+    RECORD,
     branch_kind,
     builtin_kind,
     captured_kind,
@@ -36,9 +37,6 @@ TENSOR_NAME = re.compile(
     r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
     r"(_loss|_logits|_tensor|_t)$"
 )
-# `loss, tb_dict, disp_dict = model_func(model, batch)`: the records a model call returns beside its tensors (whole
-# words: `pred_disp`, a disparity map, is a tensor)
-RECORD = re.compile(r"(^|_)(dict|info|infos|stats|metrics|summary|logs?)$", re.I)
 MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
                         re.I)  # fmt: skip
 LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
@@ -50,6 +48,7 @@ TENSOR_METHODS = {
     "type_as", "long", "int", "bool", "eq", "ne", "gt", "lt", "ge", "le", "topk", "sort", "amax", "amin",
     "chunk", "unbind", "narrow", "expand", "expand_as", "index_select", "roll", "flip", "new_zeros", "new_ones",
     "new_full", "new_empty", "sigmoid", "tanh", "exp_", "neg", "square", "logsumexp", "nan_to_num", "byte",
+    "dot", "mm", "bmm", "mv", "outer", "relu", "clamp_min", "clamp_max", "float_power", "reciprocal",
 }  # fmt: skip
 TENSOR_ONLY = {"byte", "bool", "long", "int", "detach", "unsqueeze", "masked_fill"}  # (not NumPy's, not nn.Module's)
 READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Python

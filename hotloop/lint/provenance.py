@@ -12,12 +12,10 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
+from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import passed_for
-
-MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda)$")
 
 
 def moves_to_device(c: ast.Call) -> bool:
@@ -100,6 +98,7 @@ class HostProvenance:
             if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
             values = []
+            loops = self._loops_around(e, fn)
             for n in walk_local(fn):
                 if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == e.id:
                     values.append(n.iter)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
@@ -107,6 +106,8 @@ class HostProvenance:
                     continue
                 if n.lineno <= e.lineno <= (n.end_lineno or n.lineno) and any(x is e for x in ast.walk(n.value)):
                     continue  # `loc_t = loc_t.cuda()` (RetinaFace's loss): the value read is the one from before
+                if n.lineno > e.lineno and not any(n in loop_nodes for loop_nodes in loops):
+                    continue  # `if lens.is_cuda: seq = seq.cuda()` below the read: not what it reads (a loop's is)
                 for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                     if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
                         values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
@@ -152,6 +153,15 @@ class HostProvenance:
                 items += [a for a in e.args[1:] if self.kind(a) == "tensor"]
                 return all(self._host(x, depth + 1) for x in items)
         return False
+
+    def _loops_around(self, e: ast.AST, fn: ast.AST) -> list[set[ast.AST]]:
+        """The nodes of each loop of `fn` that holds `e` (an assignment in one may reach `e` on the next turn)."""
+        out, n = [], self.mi.parent.get(e)
+        while n is not None and n is not fn:
+            if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
+                out.append(set(ast.walk(n)))
+            n = self.mi.parent.get(n)
+        return out
 
     def _moved_later(self, e: ast.Name, fn: ast.AST) -> bool:
         """`e` is read before the line where the function moves that very name to the device (`labels =

