@@ -19,7 +19,7 @@ GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
     "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
-    "benchmark", "timing", "logs", "metric", "metrics", "console", "tick",
+    "benchmark", "timing", "logs", "metric", "metrics", "console", "tick", "statistics",
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
@@ -78,8 +78,10 @@ def terminal(stmt: ast.stmt, loop: bool) -> bool:
 def negated(test: ast.expr) -> bool:
     """`if step % n != 0:` / `if not is_log_step:`: the gated statements are in the `else:`."""
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        # `if not (itr % save_every):` is `itr % save_every == 0`: the gated statements are in the body
-        return not (isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod))
+        # `if not (itr % save_every):` is `itr % save_every == 0`, and `if not skip_statistics:` (rlkit) opens
+        # the boundary: the gated statements are in the body
+        skip = re.match(r"(skip|no|disable)_", dotted(test.operand).rpartition(".")[2])
+        return not (isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod) or skip)
     return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 

@@ -479,3 +479,23 @@ def test_a_tensor_made_on_the_host_then_moved_below_is_a_host_made_copy(tmp_path
     """`seq_range = torch.arange(...)`, reshaped, then `seq_range = seq_range.cuda()`: what `.cuda()` copies was
     made on the host (provenance: an assignment below a read, outside any loop around both, is not its value)."""
     assert (9, "HL012") in lint_project(tmp_path, {"common.py": COMMON}, TTS)
+
+
+def test_statistics_kept_unless_skipped_are_a_boundary():
+    """`if not skip_statistics:` (rlkit's SAC, whose caller skips them after the first step of an epoch): the
+    statistics block is a log boundary, and `not skip_...` opens it (gates: "statistics" is a boundary word, a
+    negated `skip_` flag is not an inverted gate)."""
+    src = """
+    import numpy as np
+    import torch
+
+    def train_from_torch(self, batch, skip_statistics=False):
+        obs = batch["obs"].cuda(non_blocking=True)
+        loss = self.qf(obs).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        if not skip_statistics:
+            self.stats["QF Loss"] = np.mean(loss.detach().cpu().numpy())
+    """
+    assert not [h for h in found(src) if h[0] == 12]
