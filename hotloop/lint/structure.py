@@ -108,8 +108,13 @@ class StructureChecks:
         if not (EVAL_FUNCTION.match(fn.name) or own_eval) and flag is None and evals is None:
             return
 
+        # (or what the function itself put in eval mode: `self.refiner.eval()` ... `self.refiner(lr, scale)`, CARN)
+        evaled = {dotted(n.func.value) for n in walk_local(fn) if isinstance(n, ast.Call) and method_name(n) == "eval"
+                  and isinstance(n.func, ast.Attribute)} - {""}  # fmt: skip
+
         def runs_model(node: ast.AST, depth: int = 0) -> bool:
             return any(isinstance(n, ast.Call) and (RUNS_MODEL.search(call_name(n).split(".")[-1] or "-")
+                       or dotted(n.func) in evaled
                        or depth < 2 and any(runs_model(f, depth + 1) for f in self.mi.targets_of(n) if f is not fn))
                        for n in walk_local(node))  # fmt: skip
 

@@ -499,3 +499,29 @@ def test_statistics_kept_unless_skipped_are_a_boundary():
             self.stats["QF Loss"] = np.mean(loss.detach().cpu().numpy())
     """
     assert not [h for h in found(src) if h[0] == 12]
+
+
+def test_an_evaluation_runs_the_module_it_put_in_eval_mode():
+    """`self.refiner.eval()` then `sr = self.refiner(lr, scale).data` for each test image, without no_grad (CARN's
+    `Solver.evaluate`): the called module is the model whatever its name (structure.evaluation)."""
+    src = """
+    import torch
+
+    class Solver:
+        def fit(self):
+            for inputs in self.train_loader:
+                sr = self.refiner(inputs[1].cuda(non_blocking=True), 2)
+                loss = self.loss_fn(sr, inputs[0].cuda(non_blocking=True))
+                self.optim.zero_grad()
+                loss.backward()
+                self.optim.step()
+                if self.step % 1000 == 0:
+                    self.evaluate("Urban100")
+
+        def evaluate(self, test_dir):
+            self.refiner.eval()
+            for hr, lr in self.test_loader(test_dir):
+                sr = self.refiner(lr.to(self.device), 2).data
+                self.psnr += (sr.cpu() - hr).pow(2).mean()
+    """
+    assert (15, "HL018") in found(src)
