@@ -34,7 +34,8 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import copied, graphless, reduced, under_no_grad
+from hotloop.lint.syntax import a_grad, copied, graphless, reduced, under_no_grad
+from hotloop.lint.totals import running_totals
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 LOG_FUNCS = re.compile(
@@ -100,6 +101,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                         self.clip_order(node)
             elif isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:
                 self.accumulation(node)
+                for total, message in running_totals(self.mi, node):
+                    self.add("HL019", total, message)
             elif isinstance(node, ast.For) and node not in self.mi.train_loops:
                 self.inline_evaluation(node)
             elif isinstance(node, ast.With) and "inference_mode" in src:
@@ -258,6 +261,9 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
         if base in ("DataLoader", "WebLoader", "StatefulDataLoader") or base[:1].isupper() and loader_class(mi, c):
             self.dataloader(c)
+        if meth == "zero_" and hot and not c.args and a_grad(c.func.value):  # type: ignore[attr-defined]
+            self.add("HL013", c, f"`{_src(c)}` writes zeros into the gradient every step (what `zero_grad("
+                     "set_to_none=False)` does): set it to None instead")  # fmt: skip
         if meth == "zero_grad":
             kw = _kw(c, "set_to_none")
             flag = kw is not None and not isinstance(kw.value, ast.Constant)

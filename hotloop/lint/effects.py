@@ -33,7 +33,7 @@ from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import path_params, then_leaves, varying_args
 from hotloop.lint.syntax import param_defaults
 
-EFFECT_CODES = {"HL001", "HL004", "HL005", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
+EFFECT_CODES = {"HL001", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts

@@ -124,7 +124,8 @@ _R = [
     Rule(
         "HL013",
         "`zero_grad(set_to_none=False)`: writes zeros into every gradient instead of dropping them",
-        "set_to_none=True (the default) saves a memset per parameter and memory.",
+        "set_to_none=True (the default) saves a memset per parameter and memory. A helper that zeroes each "
+        "`p.grad` in place every step (`p.grad.zero_()`) does the same and is reported too.",
         "opt.zero_grad(set_to_none=False)",
         "opt.zero_grad()",
         fixable=True,
@@ -170,7 +171,8 @@ _R = [
     Rule(
         "HL019",
         "tensor appended to a list without `.detach()` in the training loop: keeps every graph alive",
-        "Each appended loss holds its whole autograd graph: memory grows every step.",
+        "Each appended loss holds its whole autograd graph: memory grows every step. A running total of stepped "
+        "losses (`total_loss += loss` after `loss.backward()`, reset once per epoch) does the same.",
         "losses.append(loss)",
         "losses.append(loss.detach())",
     ),

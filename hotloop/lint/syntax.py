@@ -215,3 +215,9 @@ def reduced(e: ast.expr) -> bool:
     number that only looks like a tensor by its name (`max((x - 1.0) / (warmup - 1.0), 0)`)."""
     return any(isinstance(n, ast.Call) and method_name(n) in ("sum", "max", "min", "mean", "norm", "float", "long")
                for n in ast.walk(e))  # fmt: skip
+
+
+def a_grad(e: ast.expr) -> bool:
+    """`param.grad`, `p.grad.data`: a parameter's whole gradient (guided-diffusion's fp16 `zero_grad` helper)."""
+    e = e.value if isinstance(e, ast.Attribute) and e.attr == "data" else e
+    return isinstance(e, ast.Attribute) and e.attr == "grad"

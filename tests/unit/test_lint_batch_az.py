@@ -525,3 +525,70 @@ def test_an_evaluation_runs_the_module_it_put_in_eval_mode():
                 self.psnr += (sr.cpu() - hr).pow(2).mean()
     """
     assert (15, "HL018") in found(src)
+
+
+FP16_UTIL = """
+import torch
+
+
+def zero_grad(model_params):
+    for param in model_params:
+        if param.grad is not None:
+            param.grad.detach_()
+            param.grad.zero_()
+
+
+class MixedPrecisionTrainer:
+    def __init__(self, model):
+        self.model_params = list(model.parameters())
+
+    def zero_grad(self):
+        zero_grad(self.model_params)
+"""
+
+LOOP = """
+import torch
+from fp16_util import MixedPrecisionTrainer
+
+
+class TrainLoop:
+    def __init__(self, model):
+        self.mp_trainer = MixedPrecisionTrainer(model)
+
+    def run_step(self, batch):
+        self.mp_trainer.zero_grad()
+        loss = self.model(batch.cuda(non_blocking=True)).mean()
+        loss.backward()
+        self.opt.step()
+"""
+
+
+def test_a_zero_grad_helper_that_zeroes_each_gradient_in_place(tmp_path: Path):
+    """`mp_trainer.zero_grad()` whose helper does `param.grad.zero_()` for every parameter every step (guided
+    diffusion's fp16 trainer): `zero_grad(set_to_none=False)`'s behaviour, HL013 at the call."""
+    assert (11, "HL013") in lint_project(tmp_path, {"fp16_util.py": FP16_UTIL}, LOOP)
+
+
+def test_a_running_total_of_stepped_losses_keeps_their_graphs():
+    """`loss += batch_loss` (and the terms returned beside it) after `batch_loss.backward()`, with the total set
+    to 0 outside the step loop (NGCF): every step's graph stays alive until the epoch ends (HL019,
+    totals.running_totals); `.item()` makes it a number."""
+    src = """
+    import torch
+
+    def train(model, optimizer, n_batch, sample):
+        for epoch in range(100):
+            loss, mf_loss = 0.0, 0.0
+            for idx in range(n_batch):
+                users = sample().cuda(non_blocking=True)
+                batch_loss, batch_mf_loss = model.create_bpr_loss(model(users))
+                optimizer.zero_grad()
+                batch_loss.backward()
+                optimizer.step()
+                loss += batch_loss
+                mf_loss += batch_mf_loss{item}
+            print(loss, mf_loss)
+    """
+    hits = found(src.format(item=""))
+    assert {(13, "HL019"), (14, "HL019")} <= set(hits)
+    assert (14, "HL019") not in found(src.format(item=".item()"))
