@@ -295,6 +295,14 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             n = self.parent.get(n)
         return None
 
+    def enclosing_loops(self, node: ast.AST) -> list[ast.AST]:
+        """Every loop around `node` in its function, innermost first."""
+        out, n = [], self.enclosing_loop(node)
+        while n is not None:
+            out.append(n)
+            n = self.enclosing_loop(n)
+        return out
+
     def enclosing_function(self, node: ast.AST) -> ast.AST:
         n = self.parent.get(node)
         while n is not None and not isinstance(n, (*FUNCS, ast.Module)):

@@ -101,7 +101,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                         self.clip_order(node)
             elif isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:
                 self.accumulation(node)
-                for total, message in running_totals(self.mi, node):
+                for total, message in running_totals(self.mi, node, self.value_before):
                     self.add("HL019", total, message)
             elif isinstance(node, ast.For) and node not in self.mi.train_loops:
                 self.inline_evaluation(node)

@@ -31,7 +31,7 @@ from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import path_params, then_leaves, varying_args
-from hotloop.lint.syntax import param_defaults
+from hotloop.lint.syntax import data0, param_defaults
 
 EFFECT_CODES = {"HL001", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
@@ -91,7 +91,7 @@ def _switched(mi: ModuleInfo, node: ast.AST, both: tuple[ast.AST, ...] = (), ent
     an option of the helper whose value is set elsewhere (often off by default): not known to run every step.
     An option whose other branch does the same (one of `both`) runs it either way; an early `if self.sched is
     None: return` before it switches it too (pixel-nerf's `sched_step`). A test of an optional parameter of the
-    called function itself (`entry`) is left to the call site (`modes.given_mode`: AdaBins' `mask=mask`)."""
+    called function itself (`entry`) is left to the call site (`modes.GIVEN`: AdaBins' `mask=mask`)."""
     fn = mi.enclosing_function(node)
     guards = [s.test for s in getattr(fn, "body", []) if isinstance(s, ast.If) and s.lineno < node.lineno  # type: ignore[attr-defined]
               and len(s.body) == 1 and isinstance(s.body[0], ast.Return) and not s.orelse]  # fmt: skip
@@ -309,14 +309,8 @@ def logger_reads(mi: ModuleInfo, c: ast.Call) -> str:
     helper = load_module(file, file.stat().st_mtime)
     fn = find_def(helper.tree, name) if helper is not None else None
     read = next((n for n in walk_local(fn) if isinstance(n, ast.Call) and (method_name(n) == "item" or call_name(n)
-                 == "float" and n.args) or _data0(n)), None) if fn is not None else None  # fmt: skip
+                 == "float" and n.args) or data0(n)), None) if fn is not None else None  # fmt: skip
     return f"{relative(project, file)}:{read.lineno}" if read is not None else ""
-
-
-def _data0(n: ast.AST) -> bool:
-    """`losses[name].data[0]`: PyTorch 0.3's `.item()` (CycleGAN's `Logger.log`)."""
-    return (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "data"
-            and isinstance(n.slice, ast.Constant) and n.slice.value == 0)  # fmt: skip
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str], ...]]]:

@@ -360,34 +360,37 @@ def load_module(file: Path, mtime: float) -> ModuleInfo | None:
     return _MODULES[key]
 
 
-def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
-    """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
-    number): the result is Python data, not a tensor, whatever its name says; DrQ-v2's `utils.to_torch(batch,
-    device)` returning `tuple(torch.as_tensor(x, device=device) for x in xs)`: tensors."""
+def _remote_def(mi: ModuleInfo, call: ast.Call) -> tuple[ModuleInfo, ast.AST, str] | None:
+    """The other project module, definition and name the call runs (followed through re-exports)."""
     target = Project.of(mi).callee(call) if mi.path and not mi.path.startswith("<") else None
     if target is None:
         return None
     file, name = defining(*target)
     helper = load_module(file, file.stat().st_mtime)
     fn = find_def(helper.tree, name) if helper is not None else None
-    if fn is None or helper is mi:
+    return (helper, fn, name) if fn is not None and helper is not None and helper is not mi else None
+
+
+def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
+    """`loss = trainer.train_step(batch)` whose project helper returns `loss.item()` (every return a
+    number): the result is Python data, not a tensor, whatever its name says; DrQ-v2's `utils.to_torch(batch,
+    device)` returning `tuple(torch.as_tensor(x, device=device) for x in xs)`: tensors."""
+    if (found := _remote_def(mi, call)) is None:
         return None
-    kind = helper.return_kind(fn)  # type: ignore[union-attr]
+    helper, fn, _ = found
+    kind = helper.return_kind(fn)
     return kind if kind == "scalar" or kind == "tensor" and _makes_tensors(fn) else None
 
 
 def remote_positions(mi: ModuleInfo, call: ast.Call) -> list[str | None]:
     """`loss_id, sim_improvement, logs = self.id_loss(y_hat, y, x)` whose project helper (a function, or a class's
     `forward`) returns a tuple: the positions every return fills with a Python number ("scalar"), else None."""
-    target = Project.of(mi).callee(call) if mi.path and not mi.path.startswith("<") else None
-    if target is None:
+    if (found := _remote_def(mi, call)) is None:
         return []
-    file, name = defining(*target)
-    helper = load_module(file, file.stat().st_mtime)
-    fn = find_def(helper.tree, name) if helper is not None else None
+    helper, fn, name = found
     if isinstance(fn, ast.ClassDef):
-        fn = find_def(helper.tree, f"{name}.forward") or find_def(helper.tree, f"{name}.__call__")  # type: ignore[union-attr]
-    if fn is None or helper is mi:
+        fn = find_def(helper.tree, f"{name}.forward") or find_def(helper.tree, f"{name}.__call__")
+    if fn is None:
         return []
     rets = [r.value for r in walk_local(fn) if isinstance(r, ast.Return) and r.value is not None]
     if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ import re
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
+from hotloop.lint.syntax import data0
 
 RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as", "expand_as"}
 
@@ -43,8 +44,7 @@ class IndexChecks:
             return
         idx = node.slice
         value = node.value
-        if (isinstance(value, ast.Attribute) and value.attr == "data" and isinstance(idx, ast.Constant)
-                and idx.value == 0 and self._scalar_tensor(value.value)):  # fmt: skip
+        if data0(node) and self._scalar_tensor(value.value):  # type: ignore[attr-defined]
             self.add("HL001", node, f"`{src(node)}` (PyTorch 0.3's spelling of `.item()`) reads the value on the "
                                     "host every step")  # fmt: skip
             return

@@ -58,12 +58,9 @@ class LoaderChecks:
         kws = self._loader_kwargs(c)
         if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
             return []  # **kwargs we cannot see into: the options may be in there
-        args = c.args
+        args = c.args  # (a project subclass whose `__init__` hands DataLoader its options: those, dc-tts's workers=8)
         if (cls := loader_class_def(self.mi, c)) is not None and (passed := _through_super(cls, c)) is not None:
-            kws, args = (
-                passed,
-                [],
-            )  # `class Text2MelDataLoader(DataLoader)` whose `__init__` sets num_workers=8 (dc-tts)
+            kws, args = passed, []
         # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
         workers_value = kws.get("num_workers", args[5] if len(args) > 5 else None)
         if workers_value is None or isinstance(workers_value, ast.Constant) and not workers_value.value:

@@ -98,7 +98,7 @@ class HostProvenance:
             if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
             values = []
-            loops = self._loops_around(e, fn)
+            loops = set(self.mi.enclosing_loops(e))
             for n in walk_local(fn):
                 if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == e.id:
                     values.append(n.iter)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
@@ -106,8 +106,9 @@ class HostProvenance:
                     continue
                 if n.lineno <= e.lineno <= (n.end_lineno or n.lineno) and any(x is e for x in ast.walk(n.value)):
                     continue  # `loc_t = loc_t.cuda()` (RetinaFace's loss): the value read is the one from before
-                if n.lineno > e.lineno and not any(n in loop_nodes for loop_nodes in loops):
-                    continue  # `if lens.is_cuda: seq = seq.cuda()` below the read: not what it reads (a loop's is)
+                if n.lineno > e.lineno and not loops & set(self.mi.enclosing_loops(n)):
+                    continue  # `if lens.is_cuda: seq = seq.cuda()` below the read: not what it reads (one in a loop
+                    # around the read is: it reaches the read on the next turn)
                 for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                     if isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
                         values += [v for x, v in zip(t.elts, n.value.elts, strict=True) if e.id in target_names(x)]
@@ -153,15 +154,6 @@ class HostProvenance:
                 items += [a for a in e.args[1:] if self.kind(a) == "tensor"]
                 return all(self._host(x, depth + 1) for x in items)
         return False
-
-    def _loops_around(self, e: ast.AST, fn: ast.AST) -> list[set[ast.AST]]:
-        """The nodes of each loop of `fn` that holds `e` (an assignment in one may reach `e` on the next turn)."""
-        out, n = [], self.mi.parent.get(e)
-        while n is not None and n is not fn:
-            if isinstance(n, (ast.For, ast.AsyncFor, ast.While)):
-                out.append(set(ast.walk(n)))
-            n = self.mi.parent.get(n)
-        return out
 
     def _moved_later(self, e: ast.Name, fn: ast.AST) -> bool:
         """`e` is read before the line where the function moves that very name to the device (`labels =

@@ -210,6 +210,12 @@ def passed_for(fn: ast.AST, call: ast.Call, name: str) -> ast.expr | None:
     return call.args[i] if i < len(call.args) else None
 
 
+def data0(n: ast.AST) -> bool:
+    """`loss.data[0]`: PyTorch 0.3's spelling of `.item()` (in a loop, or in CycleGAN's `Logger.log`)."""
+    return (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "data"
+            and isinstance(n.slice, ast.Constant) and n.slice.value == 0)  # fmt: skip
+
+
 def reduced(e: ast.expr) -> bool:
     """`n_pos.data.sum().float()`, `d - mask_len.max()`: a value computed by a tensor reduction, not a Python
     number that only looks like a tensor by its name (`max((x - 1.0) / (warmup - 1.0), 0)`)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import src
@@ -22,12 +22,15 @@ from hotloop.lint.syntax import under_no_grad
 DETACHES = re.compile(r"\.(detach|item|cpu|numpy|tolist)\(")
 
 
-def running_totals(mi: ModuleInfo, loop: ast.AST) -> Iterator[tuple[ast.AugAssign, str]]:
-    """(statement, message) for each running total of graph-holding losses in the hot `loop`."""
+def running_totals(
+    mi: ModuleInfo, loop: ast.AST, value_before: Callable[[str, ast.AST], ast.expr | None]
+) -> Iterator[tuple[ast.AugAssign, str]]:
+    """(statement, message) for each running total of graph-holding losses in the hot `loop`; `value_before` is
+    the checker's (HostProvenance's): the value last assigned to a name before a statement."""
     body = list(walk_local(loop))
     stepped = {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
                and isinstance(c.func, ast.Attribute)}  # fmt: skip
-    outer = [x for x in mi.hot_loops if x is loop or loop in set(walk_local(x))]
+    outer = [x for x in [loop, *mi.enclosing_loops(loop)] if x in mi.hot_loops]
     reset = {t for x in outer for n in walk_local(x) if isinstance(n, ast.Assign) for y in n.targets
              for t in target_names(y)}  # fmt: skip
     for n in body:  # the loss terms returned beside it: `batch_loss, batch_mf_loss = model.create_bpr_loss(...)`
@@ -37,14 +40,7 @@ def running_totals(mi: ModuleInfo, loop: ast.AST) -> Iterator[tuple[ast.AugAssig
         if (isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name)
                 and isinstance(n.value, ast.Name) and n.value.id in stepped and n.target.id not in stepped
                 and n.target.id not in reset and not under_no_grad(mi.parent, n)
-                and mi.kind(n.value, mi.function_info(n)) == "tensor" and not _detached(mi, n.value, n)):  # fmt: skip
+                and mi.kind(n.value, mi.function_info(n)) == "tensor"
+                and not DETACHES.search(ast.unparse(value_before(n.value.id, n) or ast.Constant(None)))):  # fmt: skip
             yield n, (f"`{src(n)}` keeps every step's autograd graph in a running total: add `{n.value.id}.item()` "
                       "(or `.detach()`)")  # fmt: skip
-
-
-def _detached(mi: ModuleInfo, e: ast.Name, before: ast.AST) -> bool:
-    """The last assignment of `e` above `before` detaches it or reads it out."""
-    made = [n for n in walk_local(mi.enclosing_function(e)) if isinstance(n, ast.Assign)
-            and n.lineno < before.lineno and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
-    last = max(made, key=lambda n: n.lineno, default=None)
-    return last is not None and bool(DETACHES.search(ast.unparse(last.value)))
