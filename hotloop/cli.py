@@ -259,7 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     smp.add_argument("overrides", nargs="*", metavar="key=value")
     smp.set_defaults(func=_sample)
     doc = sub.add_parser("doctor", help="run a training script and report its host syncs and step time")
-    doc.add_argument("--steps", type=int, default=0, help="stop cleanly after N optimizer steps (0: run to the end)")
+    doc.add_argument("--steps", type=int, default=0,
+                     help="stop cleanly after N optimizer steps (backward() calls when the script builds no "
+                     "torch.optim optimizer; 0: run to the end)")  # fmt: skip
     doc.add_argument("--json", help="write the report as JSON")
     doc.add_argument("--trace", help="write a Chrome trace (torch.profiler) of optimizer steps 2-4 to FILE")
     doc.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- python SCRIPT [ARGS...]")

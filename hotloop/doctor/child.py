@@ -4,7 +4,10 @@
     python -m hotloop.doctor.child REPORT.json MAX_STEPS TRACE -- [python] -m MODULE [ARGS...]
 
 (TRACE is a Chrome-trace path or "".) Steps are found with a global optimizer step hook; the host-read
-counter labels each read with the number of optimizer steps completed when it happened. Timings per
+counter labels each read with the number of optimizer steps completed when it happened. A script that never
+builds a `torch.optim.Optimizer` (it updates parameters by hand, `p.data.add_(p.grad, alpha=-lr)`, as
+pytorch/examples' word_language_model does) has no optimizer step to hook: there each `backward()` ends a step,
+and the report says so. Timings per
 step come from hooks too: the DataLoader iterator (data wait), outermost module calls (forward),
 `backward`, and the optimizer step. The report is written even when the script crashes, and the child
 exits with the script's exit code.
@@ -39,12 +42,15 @@ class StopDoctor(BaseException):
 class Timers:
     def __init__(self) -> None:
         self.steps = 0
+        self.manual = False
+        """Steps were ended by `backward()`: the script built no optimizer (it updates parameters by hand)."""
         self.cur = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
         self.per_step: list[dict[str, float]] = []
         self.step_start = time.perf_counter()
         self.depth = 0
         self.fwd_start = 0.0
         self.opt_start = 0.0
+        self.in_backward = False
 
     def end_step(self) -> None:
         now = time.perf_counter()
@@ -77,6 +83,8 @@ class Facts:
         self.gpu: dict[str, float] = {}
         self.compiled = False
         """The script called torch.compile (doctor then leaves its dispatch-level detector off)."""
+        self.optimizer_built = False
+        """A `torch.optim.Optimizer` was constructed: its steps, not `backward()` calls, count the steps."""
 
     def note_optimizer(self, opt: Any) -> None:
         if id(opt) in self.optimizers:
@@ -162,19 +170,29 @@ def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any
     def pre(opt: Any, args: Any, kwargs: Any) -> None:
         timers.opt_start = time.perf_counter()
 
-    def post(opt: Any, args: Any, kwargs: Any) -> None:
-        timers.cur["optimizer"] += time.perf_counter() - timers.opt_start
+    def step_done() -> None:
         timers.steps += 1
         counter.label = timers.steps
-        facts.note_optimizer(opt)
         timers.end_step()
         if profiled is not None:
             profiled.on_step(timers.steps)
         if max_steps and timers.steps >= max_steps:
             raise StopDoctor
 
+    def post(opt: Any, args: Any, kwargs: Any) -> None:
+        timers.cur["optimizer"] += time.perf_counter() - timers.opt_start
+        facts.note_optimizer(opt)
+        step_done()
+
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
+    original_optimizer_init = torch.optim.Optimizer.__init__
+
+    def optimizer_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        facts.optimizer_built = True
+        original_optimizer_init(self, *args, **kwargs)
+
+    torch.optim.Optimizer.__init__ = optimizer_init  # type: ignore[method-assign]
 
     original_next = dataloader._BaseDataLoaderIter.__next__
 
@@ -202,11 +220,21 @@ def install(max_steps: int, report_path: str, trace: str = "") -> tuple[Any, Any
     original_backward = torch.Tensor.backward
 
     def timed_backward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
+        # Tensor.backward re-enters itself through the host-read counter's __torch_function__ (which calls the
+        # attribute it finds, this wrapper): only the outermost call is timed and counted.
+        if timers.in_backward:
             return original_backward(self, *args, **kwargs)
+        t0 = time.perf_counter()
+        timers.in_backward = True
+        try:
+            out = original_backward(self, *args, **kwargs)
         finally:
+            timers.in_backward = False
             timers.cur["backward"] += time.perf_counter() - t0
+        if not facts.optimizer_built:  # no optimizer: the parameters are updated by hand after each backward
+            timers.manual = True
+            step_done()
+        return out
 
     torch.Tensor.backward = timed_backward  # type: ignore[method-assign]
 
@@ -366,7 +394,8 @@ def main(argv: list[str]) -> int:
              for r in counter.reads]  # fmt: skip
     cuda = torch.cuda.is_available()
     with open(report_path, "w") as f:
-        json.dump({"steps": timers.steps, "reads": reads, "timings": timers.per_step, "exit_code": code,
+        json.dump({"steps": timers.steps, "manual_steps": timers.manual, "reads": reads, "timings": timers.per_step,
+                   "exit_code": code,
                    "stopped": stopped, "crashed": crashed, "script": script,
                    "optimizers": list(facts.optimizers.values()), "zero_grad_keep": facts.zero_grad_keep,
                    "eval_forward_with_grad": facts.eval_forward_with_grad, "compiled": facts.compiled,

@@ -159,7 +159,7 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
     return {"steps": steps, "sync_sites": sites, "breakdown": breakdown, "recommendations": recs,
             "gpu": raw.get("gpu") or {}, "trace": raw.get("trace"),
             "exit_code": raw["exit_code"], "crashed": raw.get("crashed"),
-            "compiled": bool(raw.get("compiled"))}  # fmt: skip
+            "compiled": bool(raw.get("compiled")), "manual_steps": bool(raw.get("manual_steps"))}  # fmt: skip
 
 
 def _runtime_recommendations(raw: dict[str, Any], steps: int) -> list[dict[str, str]]:
@@ -199,7 +199,11 @@ def _runtime_recommendations(raw: dict[str, Any], steps: int) -> list[dict[str, 
 
 
 def format_report(rep: dict[str, Any]) -> str:
-    lines = ["", f"hotloop doctor: {rep['steps']} optimizer steps observed"]
+    if rep.get("manual_steps"):  # no torch.optim optimizer: each backward() ended a step
+        head = f"{rep['steps']} steps observed (no torch.optim optimizer: each backward() counted as a step)"
+    else:
+        head = f"{rep['steps']} optimizer steps observed"
+    lines = ["", f"hotloop doctor: {head}"]
     if rep.get("crashed"):
         lines.append(f"the script crashed ({rep['crashed']}); this is what was seen until then")
     if rep.get("compiled"):

@@ -294,3 +294,50 @@ def test_host_only_reads_are_told_apart_from_device_syncs(tmp_path):
     assert "where" not in item and item["frequency"] == "every 3rd step"
     assert rep["sync_sites"].index(item) < rep["sync_sites"].index(by_line[host])  # device syncs listed first
     assert not any(str(host) in r["message"] for r in rep["recommendations"])
+
+
+MANUAL_SGD = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    x, y = torch.randn(128, 8), torch.randn(128)
+    total = 0.0
+    for epoch in range(2):
+        for i in range(0, 128, 16):
+            model.zero_grad()
+            loss = ((model(x[i:i + 16]).squeeze(-1) - y[i:i + 16]) ** 2).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+            total += loss.item()  # PLANT manual every-step
+            if i == 0:
+                print(loss.item())  # PLANT manual every-8th
+    print("done")
+""")
+
+
+def test_script_without_an_optimizer_counts_backward_calls_as_steps(tmp_path):
+    # pytorch/examples' word_language_model updates its parameters by hand: no optimizer step to hook, so
+    # doctor used to report "0 optimizer steps" and could neither tell frequencies nor stop at --steps.
+    res, rep = doctor(tmp_path, MANUAL_SGD)
+    assert res.returncode == 0, res.stderr
+    assert rep["steps"] == 16 and rep["manual_steps"]
+    found = sites(rep)
+    assert found[line_of(MANUAL_SGD, "PLANT manual every-step")] == "every step"
+    assert found[line_of(MANUAL_SGD, "PLANT manual every-8th")] == "every 8th step"
+    assert "each backward() counted as a step" in res.stdout
+    res, rep = doctor(tmp_path, MANUAL_SGD, "--steps", "3")
+    assert rep["steps"] == 3 and "done" not in res.stdout
+
+
+def test_accumulating_script_with_an_optimizer_counts_optimizer_steps_only(tmp_path):
+    src = SCRIPT.replace(
+        "            opt.step()\n            opt.zero_grad()\n",
+        "            if step % 2 == 1:\n                opt.step()\n                opt.zero_grad()\n",
+    )
+    res, rep = doctor(tmp_path, src.format(tail='print("done")'), "--steps", "3")
+    assert res.returncode == 0, res.stderr
+    assert rep["steps"] == 3 and not rep["manual_steps"]  # 6 backward calls, 3 optimizer steps
