@@ -35,6 +35,8 @@ def frequency(labels: list[int], steps: int) -> str:
     if len(labels) == 1:
         return "once"
     uniq = sorted(set(labels))
+    if len(uniq) == 1:
+        return f"{len(labels)} times in one step"  # a burst: a loop over a tensor's elements at one boundary
     if steps and len(uniq) >= max(1, steps - 1) and len(labels) >= len(uniq):
         per = len(labels) / len(uniq)
         return "every step" if per < 1.5 else f"{round(per)} times every step"
@@ -65,9 +67,18 @@ def _marked(path: str, line: int) -> bool:
 HOST_ONLY = "host tensor (no device sync)"
 
 
+SCALAR_READS = {"item", "__int__", "__float__", "__bool__", "__index__", "__format__", "__complex__"}
+"""Reads of one element: many of them in one step are a Python loop over a device tensor's elements."""
+
+
+def _spread(s: dict[str, Any]) -> bool:
+    """Half a read per step or more, and not all in one step (a burst at one boundary is not every step)."""
+    return (s["per_step"] or 0) >= 0.5 and not s["frequency"].endswith("in one step")
+
+
 def _site_order(s: dict[str, Any]) -> tuple[bool, bool, int]:
     """Device syncs before host-only reads; among them the reads of every step before those at boundaries."""
-    per_step = s["frequency"].startswith("every step") or (s["per_step"] or 0) >= 0.5
+    per_step = s["frequency"].startswith("every step") or _spread(s)
     return s.get("where") == HOST_ONLY, not per_step, -s["count"]
 
 
@@ -127,10 +138,15 @@ def build_report(raw: dict[str, Any]) -> dict[str, Any]:
             continue
         where = f"{os.path.basename(s['file'])}:{s['line']} `{s['op']}`"
         periodic = s["frequency"].startswith("every") and not s["frequency"].endswith("every step")
-        if s["frequency"].endswith("every step") or not periodic and (s["per_step"] or 0) >= 0.5:
+        if s["frequency"].endswith("every step") or not periodic and _spread(s):
             fix = READ_FIX.get(s["op"], "move it behind a log boundary or keep it on the device")
             recs.append({"rule": "HL001", "message": f"{where} {s['frequency']}: a host-device sync in every step; "
                          f"{fix}", "evidence": f"{s['count']} reads in {steps} steps"})  # fmt: skip
+        elif s["frequency"].endswith("in one step") and s["count"] >= 10 and s["op"] in SCALAR_READS:
+            recs.append({"rule": "element-reads", "message": f"{where} {s['frequency']}: a loop that reads a "
+                         "device tensor one element at a time, one sync per element; copy it to the host once "
+                         "(`.tolist()` or `.cpu()`) and loop over the copy",
+                         "evidence": f"{s['count']} reads in one step"})  # fmt: skip
         elif s["frequency"].startswith("every"):  # a boundary the script chose: the cost is already amortised
             recs.append({"rule": "boundary-read", "message": f"{where} {s['frequency']}, at a boundary the script "
                          "chose: one sync per interval, already amortised; nothing to change unless the interval "

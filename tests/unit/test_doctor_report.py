@@ -76,3 +76,35 @@ def test_per_step_reads_come_first_and_boundary_reads_are_not_told_to_move():
     assert "boundary the script chose" in recs[1]["message"] and "keep it on the device" not in recs[1]["message"]
     assert not any("train.py:30" in r["message"] for r in rep["recommendations"])  # host tensor: no sync at all
     assert [s["line"] for s in rep["sync_sites"]] == [40, 50, 30]  # per-step sync, boundary sync, host-only
+
+
+def test_a_burst_of_reads_in_one_step_is_not_called_every_step():
+    # minGPT's adder evaluates at step 0 and reads 10000 elements one by one: 10000 reads in 30 steps is
+    # not "a sync in every step" but one loop over a tensor's elements, at one boundary.
+    burst = [{"file": "t.py", "line": 9, "op": "__int__", "step": 0} for _ in range(500)]
+    copies = [{"file": "t.py", "line": 7, "op": ".cpu() to host", "step": 0} for _ in range(20)]
+    every = [{"file": "t.py", "line": 5, "op": "item", "step": k} for k in range(10)]
+    rep = build_report(raw(reads=burst + copies + every))
+    freq = {s["line"]: s["frequency"] for s in rep["sync_sites"]}
+    assert freq == {9: "500 times in one step", 7: "20 times in one step", 5: "every step"}
+    assert [s["line"] for s in rep["sync_sites"]][0] == 5  # the per-step read is listed first
+    by_line = {r["message"].split()[0]: r["rule"] for r in rep["recommendations"]}
+    assert by_line == {"t.py:5": "HL001", "t.py:9": "element-reads"}  # one copy per eval batch: no advice
+
+
+def test_a_copy_back_to_the_host_is_a_read_and_its_result_is_host_only():
+    # On a CPU run .cpu() returns the same tensor; in the GPU run it is a device-to-host copy, and reading
+    # the copy afterwards is host work. Provenance must see both.
+    counter = HostReadCounter()
+    counter.provenance = True
+    w = torch.nn.Parameter(torch.randn(3))
+    with counter:
+        out = (w * 2).detach()
+        host = out.cpu()
+        int(host[0] > 0)
+        also = out.to("cpu")
+        float(also[1])
+        float(out[2])
+    kinds = [(r.kind, r.host_only) for r in counter.reads]
+    assert kinds == [(".cpu() to host", False), ("__int__", True), (".to() to host", False), ("__float__", True),
+                     ("__float__", False)]  # fmt: skip
