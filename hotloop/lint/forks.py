@@ -74,8 +74,10 @@ def lambda_param(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
     return False
 
 
-def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
-    """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there."""
+def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool = False) -> bool:
+    """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there. With
+    `containers`, only a narrowing to a container counts: its elements may still be tensors
+    (`if isinstance(x, (list, tuple)): x = x[0]` takes the batch out of a `(x, y)` pair, ddpm-torch)."""
     child, n = e, parent.get(e)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         if isinstance(n, ast.If) and child is not n.test and child in n.body:
@@ -83,9 +85,24 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
                 if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
                         and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
                         and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
-                    return True
+                    return not containers or bool(re.search(r"list|tuple|Sequence", ast.unparse(t.args[1])))
         child, n = n, parent.get(n)
     return False
+
+
+def numeric_default(model: Any, e: ast.Name, fn: ast.AST) -> bool:
+    """`e`, compared in a test, is a parameter of `fn` whose default is a number or a bool (`def pi(self, z,
+    std=0): if std > 0:`). Only in a comparison: as an operand (`mel_lens // r` with `r=1`) it would make
+    arithmetic on an unknown value a Python number."""
+    args, up = getattr(fn, "args", None), model.parent.get(e)
+    tested = isinstance(up, (ast.Compare, ast.BoolOp)) or isinstance(up, ast.UnaryOp) and isinstance(up.op, ast.Not)
+    if args is None or not (tested or isinstance(up, (ast.If, ast.While, ast.IfExp)) and up.test is e):
+        return False  # (`if compute_pi:` with `compute_pi=True`, CURL's actor)
+    name = e.id
+    pos = [*args.posonlyargs, *args.args]
+    pairs = [*zip(pos[len(pos) - len(args.defaults) :], args.defaults, strict=True),
+             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]  # fmt: skip
+    return any(a.arg == name and isinstance(d, ast.Constant) and type(d.value) in (int, float, bool) for a, d in pairs)
 
 
 def counter_entry(fn: ast.AST, e: ast.Subscript) -> bool:
@@ -94,10 +111,22 @@ def counter_entry(fn: ast.AST, e: ast.Subscript) -> bool:
     return _entries(fn, e) == {"number"}
 
 
-def tensor_entry(fn: ast.AST, e: ast.Subscript) -> bool:
+def entry_kind(model: Any, e: ast.Subscript, info: Any) -> str | None:
     """`state['step']` where the function sets `state['step'] = torch.zeros((), device=d)` (PyTorch's own
-    optimizers keep the step a tensor): a tensor, whatever its users' names say."""
-    return "tensor" in _entries(fn, e)
+    optimizers keep the step a tensor): a tensor, whatever its users' names say. And an entry set just above
+    in the same or an enclosing block (`loss_dict[key] = value.item()` ... `'{:.4f}'.format(loss_dict[key])`,
+    DBNet) has the kind of what was stored."""
+    if "tensor" in _entries(info.node, e):
+        return "tensor"
+    text, child, n = ast.unparse(e), e, model.parent.get(e)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        for body in (getattr(n, f, None) for f in ("body", "orelse")):
+            if isinstance(body, list) and child in body:
+                for stmt in reversed(body[: body.index(child)]):
+                    if isinstance(stmt, ast.Assign) and any(ast.unparse(t) == text for t in stmt.targets):
+                        return model.kind(stmt.value, info)
+        child, n = n, model.parent.get(n)
+    return None
 
 
 TENSOR_MADE = re.compile(r"^torch\.(zeros|ones|full|empty|tensor|as_tensor)(_like)?$")

@@ -211,11 +211,22 @@ class IndexChecks:
             return (e.id in params and bool(re.search(r"(^|_)mask$", e.id)) and unbound_before(e, fn)
                     and self.tensor(getattr(node, "value", node)))  # fmt: skip
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
-            # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so)
-            return bool(re.search(r"(^|_)mask$", e.slice.value)) and self.tensor(getattr(node, "value", node))
+            # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so), or
+            # the episode ends of an RL batch (`batch["episode_return"][batch["done"]]`, TorchBeast)
+            return bool(MASK_KEY.search(e.slice.value)) and self._batch_entry(e.value, node)
+        if isinstance(e, ast.Attribute) and MASK_KEY.search(e.attr) and not dotted(e).startswith("self."):
+            return self._batch_entry(e.value, node)  # `env_outputs.episode_return[env_outputs.done]`
         if isinstance(e, ast.Call) and method_name(e) in RESHAPES and isinstance(e.func, ast.Attribute):
             return self._is_mask(e.func.value, node)  # `epe.view(-1)[valid.view(-1)]` (RAFT's sequence_loss)
         return isinstance(e, ast.Call) and _bool_made(e)
+
+    def _batch_entry(self, holder: ast.expr, node: ast.AST) -> bool:
+        """The indexed value is a tensor, or another entry of the mask's own batch (`batch[k][batch["done"]]`)."""
+        value = getattr(node, "value", node)
+        if self.tensor(value):
+            return True
+        inner = value.value if isinstance(value, (ast.Subscript, ast.Attribute)) else None
+        return inner is not None and ast.unparse(inner) == ast.unparse(holder) and self.kind(value) != "scalar"
 
     def _mask_names(self, node: ast.AST) -> set[str]:
         fn = self.mi.enclosing_function(node)
@@ -237,6 +248,9 @@ class IndexChecks:
         return (isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
                 or isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr))
                 and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (v.left, v.right)))  # fmt: skip
+
+
+MASK_KEY = re.compile(r"(^|_)(mask|done|dones)$")
 
 
 def _bool_made(call: ast.Call) -> bool:

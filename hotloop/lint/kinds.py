@@ -24,10 +24,11 @@ from hotloop.lint.forks import (
     builtin_kind,
     captured_kind,
     counter_entry,
+    entry_kind,
     lambda_param,
     narrowed_away,
+    numeric_default,
     passed_back,
-    tensor_entry,
     unpacked,
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
@@ -37,8 +38,7 @@ TENSOR_NAME = re.compile(
     r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
     r"(_loss|_logits|_tensor|_t)$"
 )
-MODEL_NAME = re.compile(r"(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)",
-                        re.I)  # fmt: skip
+MODEL_NAME = re.compile(r"(?i)(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)")
 LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)
 TENSOR_METHODS = {
     "sum", "mean", "max", "min", "abs", "sqrt", "pow", "exp", "log", "norm", "detach", "float", "half", "double",
@@ -375,8 +375,8 @@ class KindModel:
                 if before[-1] is not None:  # `torch.tensor([x])` ... `x = t` below does not make it a tensor
                     return before[-1]
                 return "tensor" if TENSOR_NAME.search(e.id) else None
-            if e.id in info.scalars and e.id not in info.tensors:
-                return "scalar"
+            if e.id in info.scalars and e.id not in info.tensors or not before and numeric_default(self, e, info.node):
+                return "scalar"  # (a parameter `std=0` tested before it is made a tensor, TD-MPC's `pi`)
             if not before and e.id not in info.tensors:
                 captured = captured_kind(self, e.id, info)
                 if captured is not None:
@@ -401,8 +401,10 @@ class KindModel:
         if isinstance(e, ast.Subscript):
             if counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER:
                 return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: the optimizer's options)
-            if tensor_entry(info.node, e):
-                return "tensor"
+            if (k := entry_kind(self, e, info)) is not None:
+                return k
+            if isinstance(e.value, ast.Name) and narrowed_away(self.parent, e.value, containers=True):  # type: ignore[attr-defined]
+                return None  # an element of a list or tuple: a tensor as likely as not
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None
         if isinstance(e, ast.BinOp):
@@ -471,8 +473,8 @@ class KindModel:
         if meth == "get" and isinstance(e.func, ast.Attribute) and self.kind(e.func.value, info) == "scalar":
             return "scalar"
         base = name.split(".")[-1] if name else ""
-        if re.match(r"^_*(is|has|should|can|use)_", base):
-            return "scalar"  # a predicate: `is_compiled_module(m)` answers with a bool
+        if re.match(r"^_*(is|has|should|can|use)_|^[A-Z]\w*(Meter|Average)$", base):
+            return "scalar"  # a predicate (`is_compiled_module(m)`), a meter (`train_loss = AverageMeter()`)
         local = self.functions.get(base)  # type: ignore[attr-defined]
         if local and (name == base or name.startswith("self.")):
             k = self.return_kind(local[-1])

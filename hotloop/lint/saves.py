@@ -80,7 +80,8 @@ class SaveChecks:
         # `current_model_directory = f"{save_dir}/model_{update_step}"` just before: a new directory each save
         texts = [ast.unparse(a) + (" " + ast.unparse(v) if isinstance(a, ast.Name) and (v := self.value_before(a.id, c))
                                    is not None else "") for a in args if not isinstance(a, ast.Constant)]  # fmt: skip
-        varying = any(re.search(r"epoch|step|" + ITER, t, re.I) for t in texts)
+        # (`save_ckpt('{:s}/ckpt/{:d}.pth'.format(args.save_dir, i + 1), ...)`: a file per save, partialconv)
+        varying = any(re.search(r"epoch|step|" + ITER, t, re.I) or formats_a_counter(t) for t in texts)
         return bool(fixed) and not varying
 
     def _checkpoint_payload(self, c: ast.Call) -> bool:

@@ -1,0 +1,185 @@
+"""Patterns found while scoring held-out batches BB and BC (ddpm-torch, DBNet, lemniscate, TD-MPC, CURL,
+partialconv, TorchBeast), in our own words. Each test fails without the change it names."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_source
+from tests.unit.helpers import lint_project
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+def test_the_first_element_of_a_list_batch_is_still_data():
+    """`if isinstance(x, (list, tuple)): x = x[0]` takes the images out of an (images, labels) pair: `x` is data
+    after it, and its blocking copy is found (forks.narrowed_away with containers; it used to make `x` a number)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train(self):
+            for e in range(10):
+                for i, x in enumerate(self.trainloader):
+                    if isinstance(x, (list, tuple)):
+                        x = x[0]
+                    self.step(x.to(self.device))
+
+        def step(self, x):
+            loss = self.model(x).mean()
+            loss.backward()
+            self.optimizer.step()
+    """
+    assert (10, "HL012") in found(src)
+
+
+def test_a_dict_entry_set_from_item_just_above_is_a_number():
+    """`loss_dict[key] = value.item()` then `'{:.4f}'.format(loss_dict[key])` (DBNet): the read is the `.item()`,
+    the formatting reads nothing (forks.entry_kind)."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion):
+        for batch in loader:
+            loss_dict = criterion(model(batch["img"].cuda(non_blocking=True)), batch)
+            optimizer.zero_grad()
+            loss_dict["loss"].backward()
+            optimizer.step()
+            text = ""
+            for key, value in loss_dict.items():
+                loss_dict[key] = value.item()
+                text += "{}: {:.4f}".format(key, loss_dict[key])
+    """
+    assert found(src) == [(12, "HL001")]
+
+
+def test_a_meter_object_is_not_a_tensor_by_its_name():
+    """`train_loss = AverageMeter()` fed `loss.item()` and formatted as `{train_loss.avg:.4f}` (lemniscate): the
+    `_loss` suffix does not make a meter a tensor (kinds: a `*Meter`/`*Average` constructor gives a Python value)."""
+    src = """
+    import torch
+
+    class AverageMeter:
+        def update(self, v):
+            self.avg = v
+
+    def train(net, loader, optimizer, criterion):
+        train_loss = AverageMeter()
+        for inputs, targets in loader:
+            inputs = inputs.cuda(non_blocking=True)
+            loss = criterion(net(inputs), targets)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            train_loss.update(loss.item())
+            print("Loss: {train_loss.avg:.4f}".format(train_loss=train_loss))
+    """
+    assert found(src) == [(16, "HL001")]
+
+
+def test_a_numeric_default_tested_before_it_becomes_a_tensor_is_a_number():
+    """`def pi(self, z, std=0): if std > 0: std = torch.ones_like(mu) * std` (TD-MPC) and `if compute_pi:` with
+    `compute_pi=True` (CURL): the test reads a Python value; the tensor made below it does not reach back."""
+    src = """
+    import torch
+
+    class Agent(torch.nn.Module):
+        def pi(self, z, std=0, sample=True):
+            mu = torch.tanh(self.head(z))
+            if std > 0:
+                std = torch.ones_like(mu) * std
+                return mu + std
+            if sample:
+                return mu * 2
+            return mu
+
+    def train(loader, optimizer, cfg):
+        agent = Agent()
+        for z in loader:
+            loss = agent.pi(z.cuda(non_blocking=True), cfg.min_std).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL005"]
+    tensor_first = src.replace("            if std > 0:\n", "            std = mu.std()\n            if std > 0:\n")
+    assert (8, "HL005") in found(tensor_first)  # once made a tensor above the test, the test reads the device
+
+
+def test_a_save_helper_given_a_name_formatted_with_the_step_writes_a_new_file(tmp_path: Path):
+    """`save_ckpt('{:s}/ckpt/{:d}.pth'.format(args.save_dir, i + 1), ...)` (partialconv): one file per save, no
+    in-place overwrite (saves._save_helper_in_place reads `str.format` counters too)."""
+    helper = """
+    import torch
+
+    def save_ckpt(ckpt_name, models, n_iter):
+        torch.save({"n_iter": n_iter, **{k: m.state_dict() for k, m in models}}, ckpt_name)
+    """
+    script = """
+    import torch
+    from util.io import save_ckpt
+
+    model = torch.nn.Linear(2, 2).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(100):
+        loss = model(torch.randn(2, 2, device="cuda")).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if (i + 1) % 10 == 0:
+            save_ckpt("{:s}/ckpt/{:d}.pth".format("out", i + 1), [("model", model)], i + 1)
+    """
+    files = {"util/__init__.py": "", "util/io.py": helper}
+    assert not [h for h in lint_project(tmp_path / "a", files, script) if h[1] == "HL021"]
+    fixed = script.replace('"{:s}/ckpt/{:d}.pth".format("out", i + 1)', '"out/ckpt/last.pth"')
+    assert [h for h in lint_project(tmp_path / "b", files, fixed) if h[1] == "HL021"]
+
+
+def test_a_numpy_only_helper_called_every_step_reads_the_tensors_it_is_given(tmp_path: Path):
+    """DBNet's `cal_text_score(preds, ...)` lives in a utils module that imports NumPy, not torch, and does
+    `texts.data.cpu().numpy()` on what it is given: a host copy every step, reported at the call
+    (effects._called analyses such a helper when it reads its arguments)."""
+    util = """
+    import numpy as np
+
+    def cal_text_score(texts, gt_texts):
+        pred_text = texts.data.cpu().numpy()
+        return float(np.mean(pred_text > 0.5))
+    """
+    script = """
+    import torch
+    from utils import cal_text_score
+
+    def train(model, loader, optimizer, device):
+        for batch in loader:
+            preds = model(batch["img"].to(device, non_blocking=True))
+            loss = preds.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            score = cal_text_score(preds[:, 0], batch["gt"])
+    """
+    files = {"utils/__init__.py": "from .util import *\n", "utils/util.py": util}
+    assert (12, "HL007") in lint_project(tmp_path, files, script)
+
+
+def test_an_rl_batch_indexed_by_its_done_entry_is_a_boolean_mask():
+    """`batch["episode_return"][batch["done"]]` and `env_outputs.episode_return[env_outputs.done]` (TorchBeast):
+    the episode ends select a data-dependent number of returns, a sync every learner step (indexing.MASK_KEY)."""
+    src = """
+    import torch
+
+    def learn(model, optimizer, batch, env_outputs, stats):
+        for _ in range(100):
+            loss = model(batch["frame"].cuda(non_blocking=True)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            stats["a"] = batch["episode_return"][batch["done"]]
+            stats["b"] = env_outputs.episode_return[env_outputs.done]
+            stats["c"] = batch["episode_return"][batch["step"]]
+    """
+    assert [h for h in found(src) if h[1] == "HL006"] == [(10, "HL006"), (11, "HL006")]
