@@ -33,7 +33,20 @@ from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import path_params, then_leaves, varying_args
 from hotloop.lint.syntax import data0, param_defaults
 
-EFFECT_CODES = {"HL001", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023", "HL024"}
+EFFECT_CODES = {
+    "HL001",
+    "HL002",
+    "HL004",
+    "HL005",
+    "HL013",
+    "HL006",
+    "HL007",
+    "HL012",
+    "HL020",
+    "HL022",
+    "HL023",
+    "HL024",
+}
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
@@ -230,11 +243,29 @@ def _called(file: Path, name: str, every_step: bool, device_code: bool = False) 
         mi.made = mi.own_hot = set()  # type: ignore[attr-defined]  # the next name starts from the file as is
 
 
+SHOWN = re.compile(r"`print`|f-string|`str\.format`|`%`|add_scalar|wandb\.log")
+
+
+def _shown_every_time(mi: ModuleInfo, h: Any) -> bool:
+    """A helper's print or library-logger call of a tensor (EAST's loss printing its terms), not a warning
+    printed under a value test (`if torch.min(y) < -1.: print(...)`, HiFi-GAN's mel_spectrogram) nor a project
+    logger whose values may already be numbers (`logger.logkv_mean("grad_norm", grad_norm)`)."""
+    if not SHOWN.search(h.message):
+        return False
+    n = mi.parent.get(h.node)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(n, ast.If) and not (isinstance(n.test, ast.Compare) and all(
+                isinstance(op, (ast.Is, ast.IsNot)) for op in n.test.ops)):  # fmt: skip
+            return False  # (`if writer is not None:` is the caller's choice to log, not a warning)
+        n = mi.parent.get(n)
+    return True
+
+
 def _carried(mi: ModuleInfo, h: Any, hits: list[Any], entry: ast.AST | None = None) -> bool:
     """A hit inside a helper that its hot call site reports: one of EFFECT_CODES (HL024 both for `torch.tensor(
     shape, device=d)` built in a loss and for a host-made index, Fast AutoAugment's `mixup`); not opted out
     (`noqa`), switched off, once, or empty; a branch (HL005) only on a reduced tensor."""
-    if h.code not in EFFECT_CODES:
+    if h.code not in EFFECT_CODES or h.code == "HL002" and not _shown_every_time(mi, h):
         return False
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
     return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both, entry)

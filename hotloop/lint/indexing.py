@@ -208,8 +208,10 @@ class IndexChecks:
             fn = self.mi.enclosing_function(node)
             args = getattr(fn, "args", None)
             params = [a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]] if args is not None else []
-            return (e.id in params and bool(re.search(r"(^|_)mask$", e.id)) and unbound_before(e, fn)
-                    and self.tensor(getattr(node, "value", node)))  # fmt: skip
+            # or a name that says so, given by a call (HuBERT's `logits, mask = hubert(wavs)`: `logits[mask]`)
+            given = e.id in params and unbound_before(e, fn) or isinstance(self.value_before(e.id, node, unpack=True),
+                                                                           ast.Call)  # fmt: skip
+            return given and bool(re.search(r"(^|_)mask$", e.id)) and self.tensor(getattr(node, "value", node))
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so), or
             # the episode ends of an RL batch (`batch["episode_return"][batch["done"]]`, TorchBeast)

@@ -35,7 +35,7 @@ from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, re
 
 TENSOR_NAME = re.compile(
     r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
-    r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?)$|"
+    r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?|tensor)$|"
     r"(_loss|_logits|_tensor|_t)$"
 )
 MODEL_NAME = re.compile(r"(?i)(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)")

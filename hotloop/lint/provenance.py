@@ -259,6 +259,9 @@ class HostProvenance:
             if self._moved_in_branch_before(e.id, at):
                 return True
             value = self.value_before(e.id, at)
+            if value is None and (value := self.value_before(e.id, at, unpack=True)) is not None:
+                # a module's outputs share its device; a same-file helper's tuple may hold host-built tensors
+                value = None if isinstance(value, ast.Call) and self.mi.targets_of(value) else value
             if value is None:
                 return self._device_param(e, depth)
             return self.on_device(value, value, depth + 1)
@@ -328,9 +331,10 @@ class HostProvenance:
             child, n = n, self.mi.parent.get(n)
         return False
 
-    def value_before(self, name: str, at: ast.AST) -> ast.expr | None:
+    def value_before(self, name: str, at: ast.AST, unpack: bool = False) -> ast.expr | None:
         """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks
-        around it (not across a function boundary)."""
+        around it (not across a function boundary). With `unpack`, an unpacking gives `name`'s element
+        (`a, b = a.to(d), b.to(d)`) or the call whose outputs it takes (`logit, cam, _ = self.disGA(x)`)."""
         child, n = at, self.mi.parent.get(at)
         while n is not None and not isinstance(n, ast.Module):
             for field in ("body", "orelse", "finalbody"):
@@ -339,11 +343,20 @@ class HostProvenance:
                     for s in reversed(block[: block.index(child)]):
                         if isinstance(s, ast.Assign) and any(name in target_names(t) for t in s.targets):
                             single = len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                            return s.value if single else None
+                            return s.value if single else _element(s, name) if unpack else None
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 return None
             child, n = n, self.mi.parent.get(n)
         return None
+
+
+def _element(s: ast.Assign, name: str) -> ast.expr | None:
+    t = s.targets[0] if len(s.targets) == 1 else None
+    if not isinstance(t, ast.Tuple) or not all(isinstance(x, ast.Name) for x in t.elts):
+        return None
+    if isinstance(s.value, ast.Tuple) and len(s.value.elts) == len(t.elts):
+        return s.value.elts[[x.id for x in t.elts].index(name)]  # type: ignore[attr-defined]
+    return s.value if isinstance(s.value, ast.Call) else None
 
 
 def unbound_before(e: ast.Name, fn: ast.AST) -> bool:

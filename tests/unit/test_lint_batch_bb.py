@@ -1,5 +1,6 @@
-"""Patterns found while scoring held-out batches BB and BC (ddpm-torch, DBNet, lemniscate, TD-MPC, CURL,
-partialconv, TorchBeast), in our own words. Each test fails without the change it names."""
+"""Patterns found while scoring held-out batches BB, BC, BD and BE (ddpm-torch, DBNet, lemniscate, TD-MPC, CURL,
+partialconv, TorchBeast, EAST, Point-MAE, UGATIT, HuBERT), in our own words. Each test fails without the change
+it names."""
 
 from __future__ import annotations
 
@@ -183,3 +184,116 @@ def test_an_rl_batch_indexed_by_its_done_entry_is_a_boolean_mask():
             stats["c"] = batch["episode_return"][batch["step"]]
     """
     assert [h for h in found(src) if h[1] == "HL006"] == [(10, "HL006"), (11, "HL006")]
+
+
+def test_a_loss_that_prints_its_terms_reports_at_the_call(tmp_path: Path):
+    """EAST's `Loss.forward` prints its three loss tensors with `.format` every step: a host read reported at
+    `criterion(...)`; a warning printed under a value test (`if torch.min(y) < -1.: print(...)`, HiFi-GAN's
+    mel_spectrogram) is not (effects: HL002 carried only when shown every time)."""
+    loss = """
+    import torch
+
+    class Loss(torch.nn.Module):
+        def forward(self, pred, gt):
+            cls_loss = (pred - gt).abs().mean()
+            iou_loss = (pred * gt).mean()
+            print("classify loss is {:.8f}, iou loss is {:.8f}".format(cls_loss, iou_loss))
+            return cls_loss + iou_loss
+
+    def mel(y):
+        if torch.min(y) < -1.0:
+            print(f"min value is {torch.min(y)}")
+        return y * 2
+    """
+    script = """
+    import torch
+    from loss import Loss, mel
+
+    def train(model, loader, optimizer):
+        criterion = Loss()
+        for img, gt in loader:
+            pred = model(mel(img.cuda(non_blocking=True)))
+            loss = criterion(pred, gt.cuda(non_blocking=True))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    hits = lint_project(tmp_path, {"loss.py": loss}, script)
+    assert (9, "HL002") in hits and (8, "HL002") not in hits
+
+
+def test_a_reduce_helper_returns_the_tensor_it_is_given(tmp_path: Path):
+    """Point-MAE's `dist_utils.reduce_tensor(tensor, args)` clones, all-reduces and divides in place: a tensor, so
+    the `.item()` after it is a read (kinds.TENSOR_NAME: a parameter named `tensor`; `rt /= n` of an unknown
+    clone used to make it a Python number)."""
+    dist = """
+    import torch
+
+    def reduce_tensor(tensor, args):
+        rt = tensor.clone()
+        torch.distributed.all_reduce(rt)
+        rt /= args.world_size
+        return rt
+    """
+    script = """
+    import torch
+    from utils import dist_utils
+
+    def run(model, loader, optimizer, args, losses):
+        for data in loader:
+            loss = model(data.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+            if args.distributed:
+                loss = dist_utils.reduce_tensor(loss, args)
+                losses.update([loss.item() * 1000])
+            else:
+                losses.update([loss.item() * 1000])
+    """
+    hits = lint_project(tmp_path, {"utils/__init__.py": "", "utils/dist_utils.py": dist}, script)
+    assert (12, "HL001") in hits and (14, "HL001") in hits
+
+
+def test_targets_made_like_a_module_output_are_on_its_device():
+    """UGATIT's `MSE(real_logit, torch.ones_like(real_logit).to(self.device))` with `real_logit, cam, _ =
+    self.disGA(real_A)`: `ones_like` of a device tensor is made on the device, the `.to()` copies nothing
+    (provenance.on_device follows an unpacking to the module call; a same-file helper's tuple may hold host
+    tensors and is not followed)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def aggregate(self, features):
+            return features, torch.ones(features.shape[0])
+
+        def train(self):
+            for real_A, _ in self.loader:
+                real_A = real_A.to(self.device, non_blocking=True)
+                real_logit, cam_logit, _ = self.disGA(real_A)
+                loss = self.mse(real_logit, torch.ones_like(real_logit).to(self.device))
+                pairs, target = self.aggregate(real_logit)
+                loss = loss + self.bce(pairs, target.to(self.device))
+                self.D_optim.zero_grad()
+                loss.backward()
+                self.D_optim.step()
+    """
+    assert [h for h in found(src) if h[1] == "HL012"] == [(14, "HL012")]
+
+
+def test_a_mask_returned_by_the_model_indexes_with_a_data_dependent_size():
+    """HuBERT's `logits, mask = hubert(wavs)` then `F.cross_entropy(logits[mask], codes[mask])`: a boolean mask
+    named so and given by a call (indexing: a `*mask` name bound by a call)."""
+    src = """
+    import torch
+    import torch.nn.functional as F
+
+    def train(hubert, loader, optimizer):
+        for wavs, codes in loader:
+            wavs, codes = wavs.cuda(non_blocking=True), codes.cuda(non_blocking=True)
+            logits, mask = hubert(wavs)
+            loss = F.cross_entropy(logits[mask], codes[mask])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (9, "HL006") in found(src)

@@ -155,8 +155,10 @@ CASES = [
     ),
     ("HL011", "from torch.utils.data import DataLoader\nl = DataLoader(ds, batch_size=8)\n", False),
     # HL012
-    ("HL012", in_loop("x = x.to(device)"), True),
-    ("HL012", in_loop("y = y.cuda()"), True),
+    ("HL012", in_loop("m = masks[step].to(device)"), True),
+    ("HL012", in_loop("w = weights[step].cuda()"), True),
+    ("HL012", in_loop("x = x.to(device)"), False),  # moved above, by the `x, y = x.to(...), y.to(...)` unpacking
+    ("HL012", in_loop("y = y.cuda()"), False),
     ("HL012", in_loop("x = x.to(device, non_blocking=True)"), False),
     ("HL012", in_loop("x = x.to(torch.float16)"), False),
     # HL013
