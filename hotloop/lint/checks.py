@@ -335,8 +335,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         child, n = c, self.mi.parent.get(c)
         while n is not None and n is not fn:
             if (isinstance(n, ast.If) and child is not n.test and not self.mi.is_update_gate(n)
-                    and not re.search(r"device|cuda|mps|is_available", ast.unparse(n.test))):  # fmt: skip
-                return True  # behind a flag the user opts into (a device check is no opt-in)
+                    and not re.search(r"device|cuda|mps|is_available|distributed", ast.unparse(n.test))):  # fmt: skip
+                return True  # behind a flag the user opts into (a device or distributed check is no opt-in)
             if isinstance(n, (ast.For, ast.While)) and n in self.mi.hot_loops:
                 break
             child, n = n, self.mi.parent.get(n)

@@ -297,3 +297,21 @@ def test_a_mask_returned_by_the_model_indexes_with_a_data_dependent_size():
             optimizer.step()
     """
     assert (9, "HL006") in found(src)
+
+
+def test_a_synchronize_when_distributed_is_every_step_not_an_opt_in():
+    """`if args.distributed: torch.cuda.synchronize()` after each step (Point-MAE, Point-BERT): the run mode, not a
+    flag the user turns on to time things (checks._deliberate); `if args.sync:` still is one."""
+    src = """
+    import torch
+
+    def run(model, loader, optimizer, args):
+        for data in loader:
+            loss = model(data.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+            if args.distributed:
+                torch.cuda.synchronize()
+    """
+    assert (10, "HL020") in found(src)
+    assert (10, "HL020") not in found(src.replace("args.distributed", "args.sync"))
