@@ -90,6 +90,23 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool 
     return False
 
 
+def progress_of_enumerate(model: Any, c: ast.Call) -> bool:
+    """`tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: a progress bar around an enumerate/zip."""
+    return bool(c.args and model.call_name(c).split(".")[-1] in ("tqdm", "track")
+                and isinstance(c.args[0], ast.Call) and model.call_name(c.args[0]) in ("enumerate", "zip"))  # fmt: skip
+
+
+def read_back(model: Any, it: ast.expr, loop: ast.AST, info: Any) -> bool:
+    """`d.items()` of a dict whose entries were all set to numbers above the loop (`loss_dict[key] = value.item()`
+    by key, DBNet; one entry `loss_dict["loss_overall"] = float(losses)` beside the tensors is not, Moment-DETR)."""
+    holder = it.func.value if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) else None
+    return holder is not None and any(
+        isinstance(n, ast.Assign) and n.lineno < loop.lineno and model.kind(n.value, info) == "scalar"
+        and any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == ast.unparse(holder)
+                and not isinstance(t.slice, ast.Constant) for t in n.targets)
+        for n in model.walk_local(info.node))  # fmt: skip
+
+
 def numeric_default(model: Any, e: ast.Name, fn: ast.AST) -> bool:
     """`e`, compared in a test, is a parameter of `fn` whose default is a number or a bool (`def pi(self, z,
     std=0): if std > 0:`). Only in a comparison: as an operand (`mel_lens // r` with `r=1`) it would make

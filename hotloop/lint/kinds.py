@@ -29,6 +29,8 @@ from hotloop.lint.forks import (
     narrowed_away,
     numeric_default,
     passed_back,
+    progress_of_enumerate,
+    read_back,
     unpacked,
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
@@ -199,11 +201,6 @@ class KindModel:
             info.history = history
         return info
 
-    def _progress_of_enumerate(self, c: ast.Call) -> bool:
-        """`tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: a progress bar around an enumerate/zip."""
-        return bool(c.args and self.call_name(c).split(".")[-1] in ("tqdm", "track")  # type: ignore[attr-defined]
-                    and isinstance(c.args[0], ast.Call) and self.call_name(c.args[0]) in ("enumerate", "zip"))  # type: ignore[attr-defined]  # fmt: skip
-
     def _loop_kinds(self, n: ast.For | ast.AsyncFor, info: FunctionInfo) -> dict[str, str | None]:
         """What a loop binds: batches of a loader are tensors (its `enumerate` index an int); `range` binds ints;
         iterating a tensor binds tensors (also inside `zip(...)`/`enumerate(...)`, position by position)."""
@@ -211,9 +208,9 @@ class KindModel:
         if isinstance(it, ast.Name):  # `data_iter = enumerate(loader)` ... `for i, (x, y) in data_iter:`
             made = assigned_values(it.id, self.walk_local(info.node))  # type: ignore[attr-defined]
             one = made[0] if len(made) == 1 and isinstance(made[0], ast.Call) else None  # also `tqdm(enumerate(...))`
-            if one is not None and (self.call_name(one) in ("enumerate", "zip") or self._progress_of_enumerate(one)):  # type: ignore[attr-defined]
+            if one is not None and (self.call_name(one) in ("enumerate", "zip") or progress_of_enumerate(self, one)):  # type: ignore[attr-defined]
                 it = one
-        if isinstance(it, ast.Call) and self._progress_of_enumerate(it):
+        if isinstance(it, ast.Call) and progress_of_enumerate(self, it):
             it = it.args[0]  # `tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: the enumerate inside
         out: dict[str, str | None] = {name: None for name in target_names(target)}
         if isinstance(target, ast.Name) and isinstance(it, (ast.Name, ast.Attribute)) and any(
@@ -246,6 +243,9 @@ class KindModel:
                 out.update(dict.fromkeys(target_names(tgt), "scalar"))
             elif isinstance(src, ast.Name) and isinstance(tgt, ast.Name) and self.kind(src, info) == "tensor":
                 out[tgt.id] = "tensor"
+            elif src is not None and self._tensor_values(src, info) and not read_back(self, src, n, info):
+                # `for k, v in loss_dict.items()` (Moment-DETR), unless an earlier loop stored `.item()`s (DBNet)
+                out.update(dict.fromkeys(target_names(tgt.elts[-1] if isinstance(tgt, ast.Tuple) else tgt), "tensor"))
         return out
 
     def _tensor_values(self, e: ast.expr, info: FunctionInfo) -> bool:

@@ -315,3 +315,27 @@ def test_a_synchronize_when_distributed_is_every_step_not_an_opt_in():
     """
     assert (10, "HL020") in found(src)
     assert (10, "HL020") not in found(src.replace("args.distributed", "args.sync"))
+
+
+def test_the_values_of_a_loss_dict_are_tensors_until_read_back_by_key():
+    """`for k, v in loss_dict.items(): meters[k].update(float(v))` with `loss_dict = criterion(...)` (Moment-DETR):
+    each `float(v)` reads a device tensor; one entry set to a float beside them does not change that. After
+    `loss_dict[key] = value.item()` for every key (DBNet), the values are numbers (forks.read_back)."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, criterion, meters):
+        for batch in loader:
+            loss_dict = criterion(model(batch.cuda(non_blocking=True)), batch)
+            losses = sum(loss_dict.values())
+            optimizer.zero_grad()
+            losses.backward()
+            optimizer.step()
+            loss_dict["overall"] = float(losses)
+            for k, v in loss_dict.items():
+                meters[k].update(float(v))
+    """
+    assert (13, "HL001") in found(src)
+    by_key = src.replace('loss_dict["overall"] = float(losses)', "for k, v in loss_dict.items():\n"
+                         "                loss_dict[k] = v.item()")  # fmt: skip
+    assert not [h for h in found(by_key) if h[0] == 14]
