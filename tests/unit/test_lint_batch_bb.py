@@ -339,3 +339,25 @@ def test_the_values_of_a_loss_dict_are_tensors_until_read_back_by_key():
     by_key = src.replace('loss_dict["overall"] = float(losses)', "for k, v in loss_dict.items():\n"
                          "                loss_dict[k] = v.item()")  # fmt: skip
     assert not [h for h in found(by_key) if h[0] == 14]
+
+
+def test_an_options_object_with_a_prefix_holds_python_values():
+    """`Q.repeat_interleave(self.colbert_config.nway, dim=0)` (ColBERT): a count from the run's options, not a tensor
+    of repeats, so no sync (kinds.CONFIG_NAME takes `*_config`, `*_args`, ... too)."""
+    src = """
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, q):
+            return q.repeat_interleave(self.colbert_config.nway, dim=0)
+
+    def train(loader, optimizer):
+        model = Model()
+        for q in loader:
+            loss = model(q.cuda(non_blocking=True)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL022"]
+    assert [h for h in found(src.replace("self.colbert_config.nway", "self.counts")) if h[1] == "HL022"]
