@@ -123,11 +123,14 @@ def _host_to_device(name: str, args: tuple, kwargs: dict) -> str | None:
 _MARK = "_hotloop_device_side"
 
 
-def _to_host_here() -> bool:
-    """The user's line spells `.to("cpu")`: on a CPU run the device variable is "cpu" too, so only the source
-    tells a copy back to the host from a move to the script's device."""
+def _to_host(func: Any) -> bool:
+    """`.cpu()`, or a `.to()` whose line spells `"cpu"`: on a CPU run the device variable is "cpu" too, so only
+    the source tells a copy back to the host from a move to the script's device."""
     import linecache
 
+    name = getattr(func, "__name__", "")
+    if name != "to":
+        return name == "cpu"
     frame = sys._getframe(1)
     while frame is not None and (
         frame.f_code.co_filename.startswith(_TORCH_DIR) or frame.f_code.co_filename == _THIS_FILE
@@ -159,9 +162,9 @@ def _device_side(func: Any, args: tuple, kwargs: dict) -> bool:
     model output, anything computed from them), when the script moves a tensor to its device
     (`.to(device)`, `.cuda()`), or creates one there (`device=`). A CPU tensor of random offsets used to
     slice a NumPy array (nanoGPT's `ix`) stays on the host: reading it is no device sync."""
-    name = getattr(func, "__name__", "")
-    if name == "cpu" or (name == "to" and _to_host_here()):
+    if _to_host(func):
         return False  # brought back to the host: reading the copy is no sync (the copy itself was)
+    name = getattr(func, "__name__", "")
     if name == "cuda" or (name == "to" and any(isinstance(a, (str, torch.device)) for a in args[1:])):
         return True
     if "device" in kwargs and kwargs["device"] is not None:
@@ -214,14 +217,12 @@ class HostReadCounter(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         kind = _read_kind(func, args, kwargs)
-        if kind is None and self.provenance and args and _is_device_side(args[0]):
-            name = getattr(func, "__name__", "")
-            if name == "cpu" or (name == "to" and _to_host_here()):
-                # On a CPU run a no-op returning the same (marked) tensor; in the GPU run a device-to-host copy:
-                # record it, and hand back an unmarked alias so that reads of the host copy are host-only.
-                self._record(f".{name}() to host", args)
-                out = func(*args, **kwargs)
-                return out.view_as(out) if out is args[0] else out
+        if kind is None and self.provenance and args and _is_device_side(args[0]) and _to_host(func):
+            # On a CPU run a no-op returning the same (marked) tensor; in the GPU run a device-to-host copy:
+            # record it, and hand back an unmarked alias so that reads of the host copy are host-only.
+            self._record(f".{func.__name__}() to host", args)
+            out = func(*args, **kwargs)
+            return out.view_as(out) if out is args[0] else out
         if kind is None:
             out = func(*args, **kwargs)
             if self.provenance and _device_side(func, args, kwargs):

@@ -30,23 +30,11 @@ from hotloop.lint.imports import Project, defining, find_def, instance_target, l
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
-from hotloop.lint.saves import path_params, then_leaves, varying_args
+from hotloop.lint.saves import ancestors, path_params, then_leaves, varying_args
 from hotloop.lint.syntax import data0, param_defaults
 
-EFFECT_CODES = {
-    "HL001",
-    "HL002",
-    "HL004",
-    "HL005",
-    "HL013",
-    "HL006",
-    "HL007",
-    "HL012",
-    "HL020",
-    "HL022",
-    "HL023",
-    "HL024",
-}
+EFFECT_CODES = {"HL001", "HL002", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023",
+                "HL024"}  # fmt: skip
 MOVER = re.compile(r"device|move|cuda|transfer|prefetch|input|feed|batch", re.I)  # HL012 only from a batch mover
 NOT_A_SAVE = re.compile(r"export", re.I)  # `model_export(model, "model.bin")`: an artefact, not the run's checkpoint
 ACTS = re.compile(r"^act$|action", re.I)  # run every environment step: a copy of host-made data in one counts
@@ -250,15 +238,11 @@ def _shown_every_time(mi: ModuleInfo, h: Any) -> bool:
     """A helper's print or library-logger call of a tensor (EAST's loss printing its terms), not a warning
     printed under a value test (`if torch.min(y) < -1.: print(...)`, HiFi-GAN's mel_spectrogram) nor a project
     logger whose values may already be numbers (`logger.logkv_mean("grad_norm", grad_norm)`)."""
-    if not SHOWN.search(h.message):
-        return False
-    n = mi.parent.get(h.node)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        if isinstance(n, ast.If) and not (isinstance(n.test, ast.Compare) and all(
-                isinstance(op, (ast.Is, ast.IsNot)) for op in n.test.ops)):  # fmt: skip
-            return False  # (`if writer is not None:` is the caller's choice to log, not a warning)
-        n = mi.parent.get(n)
-    return True
+    # (`if writer is not None:` around it is the caller's choice to log, not a warning)
+    return bool(SHOWN.search(h.message)) and not any(
+        isinstance(n, ast.If) and not (isinstance(n.test, ast.Compare)
+                                       and all(isinstance(op, (ast.Is, ast.IsNot)) for op in n.test.ops))
+        for n in ancestors(mi, h.node))  # fmt: skip
 
 
 def _carried(mi: ModuleInfo, h: Any, hits: list[Any], entry: ast.AST | None = None) -> bool:

@@ -25,7 +25,7 @@ import ast
 import re
 from typing import Any
 
-from hotloop.lint.syntax import dotted, target_names
+from hotloop.lint.syntax import assignment_before, dotted, param_defaults, target_names
 
 SCALAR_BUILTINS = {"len", "int", "float", "bool", "str", "list", "tuple", "dict", "set", "sorted", "repr", "id", "type"}
 
@@ -115,11 +115,8 @@ def numeric_default(model: Any, e: ast.Name, fn: ast.AST) -> bool:
     tested = isinstance(up, (ast.Compare, ast.BoolOp)) or isinstance(up, ast.UnaryOp) and isinstance(up.op, ast.Not)
     if args is None or not (tested or isinstance(up, (ast.If, ast.While, ast.IfExp)) and up.test is e):
         return False  # (`if compute_pi:` with `compute_pi=True`, CURL's actor)
-    name = e.id
-    pos = [*args.posonlyargs, *args.args]
-    pairs = [*zip(pos[len(pos) - len(args.defaults) :], args.defaults, strict=True),
-             *zip(args.kwonlyargs, args.kw_defaults, strict=True)]  # fmt: skip
-    return any(a.arg == name and isinstance(d, ast.Constant) and type(d.value) in (int, float, bool) for a, d in pairs)
+    default = param_defaults(fn).get(e.id)
+    return isinstance(default, ast.Constant) and type(default.value) in (int, float, bool)
 
 
 def counter_entry(fn: ast.AST, e: ast.Subscript) -> bool:
@@ -135,15 +132,9 @@ def entry_kind(model: Any, e: ast.Subscript, info: Any) -> str | None:
     DBNet) has the kind of what was stored."""
     if "tensor" in _entries(info.node, e):
         return "tensor"
-    text, child, n = ast.unparse(e), e, model.parent.get(e)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
-        for body in (getattr(n, f, None) for f in ("body", "orelse")):
-            if isinstance(body, list) and child in body:
-                for stmt in reversed(body[: body.index(child)]):
-                    if isinstance(stmt, ast.Assign) and any(ast.unparse(t) == text for t in stmt.targets):
-                        return model.kind(stmt.value, info)
-        child, n = n, model.parent.get(n)
-    return None
+    text = ast.unparse(e)
+    stmt = assignment_before(model.parent, e, lambda a: any(ast.unparse(t) == text for t in a.targets))
+    return model.kind(stmt.value, info) if stmt is not None else None
 
 
 TENSOR_MADE = re.compile(r"^torch\.(zeros|ones|full|empty|tensor|as_tensor)(_like)?$")

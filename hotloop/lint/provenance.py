@@ -15,7 +15,7 @@ import re
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import passed_for
+from hotloop.lint.syntax import assignment_before, passed_for
 
 
 def moves_to_device(c: ast.Call) -> bool:
@@ -335,19 +335,11 @@ class HostProvenance:
         """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks
         around it (not across a function boundary). With `unpack`, an unpacking gives `name`'s element
         (`a, b = a.to(d), b.to(d)`) or the call whose outputs it takes (`logit, cam, _ = self.disGA(x)`)."""
-        child, n = at, self.mi.parent.get(at)
-        while n is not None and not isinstance(n, ast.Module):
-            for field in ("body", "orelse", "finalbody"):
-                block = getattr(n, field, None)
-                if isinstance(block, list) and child in block:
-                    for s in reversed(block[: block.index(child)]):
-                        if isinstance(s, ast.Assign) and any(name in target_names(t) for t in s.targets):
-                            single = len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                            return s.value if single else _element(s, name) if unpack else None
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                return None
-            child, n = n, self.mi.parent.get(n)
-        return None
+        s = assignment_before(self.mi.parent, at, lambda a: any(name in target_names(t) for t in a.targets))
+        if s is None:
+            return None
+        single = len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+        return s.value if single else _element(s, name) if unpack else None
 
 
 def _element(s: ast.Assign, name: str) -> ast.expr | None:

@@ -309,7 +309,7 @@ def varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...
         return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
     first, *earlier = layers
     # a value set before the loop (FlowNet's `save_path = join(timestamp, ...)`) is the same at every save
-    loops = [n for n in _ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
+    loops = [n for n in ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
     while len(loops) > 1 and repeats_runs(loops[-1]):
         loops.pop()  # `for ii in range(args.itr)` around the epochs: its path is fixed within each run
     inside = set(walk_local(loops[-1])) if loops else None
@@ -319,7 +319,7 @@ def varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...
     return any(re.search(r"epoch(?!s)|step|" + ITER, t, re.I) or formats_a_counter(t) for t in texts)  # not `epochs`
 
 
-def _ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:
+def ancestors(mi: ModuleInfo, node: ast.AST) -> Iterator[ast.AST]:
     """`node`'s enclosing nodes up to its function, innermost first."""
     n = mi.parent.get(node)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):

@@ -113,6 +113,25 @@ def read_of(read: ast.expr, x: ast.expr) -> bool:
     return dotted(read.func) in ("float", "int") and len(read.args) == 1 and ast.dump(read.args[0]) == ast.dump(x)
 
 
+def assignment_before(
+    parent: dict[ast.AST, ast.AST], at: ast.AST, binds: Callable[[ast.Assign], bool]
+) -> ast.Assign | None:
+    """The last assignment that `binds` accepts among the statements before `at`'s, in its block or the blocks
+    around it, up to and including its function's body (not across a function boundary)."""
+    child, n = at, parent.get(at)
+    while n is not None and not isinstance(n, ast.Module):
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(n, field, None)
+            if isinstance(block, list) and child in block:
+                for s in reversed(block[: block.index(child)]):
+                    if isinstance(s, ast.Assign) and binds(s):
+                        return s
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return None
+        child, n = n, parent.get(n)
+    return None
+
+
 def param_defaults(fn: ast.AST) -> dict[str, ast.expr]:
     """Parameter name -> its default expression (positional and keyword-only) of a function; {} for others."""
     args = getattr(fn, "args", None)
