@@ -90,6 +90,18 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool 
     return False
 
 
+def compare_kind(model: Any, e: ast.Compare, info: Any) -> str | None:
+    """A comparison is a tensor when a side is. Identity and membership tests (`x is None`, `k in d`), a
+    comparison with a string (spotlight's `self._loss == 'adaptive_hinge'`, whose `_loss` names an option, not
+    a loss tensor) and with None (`if p.grad != None:` is Python's `True`, no element-wise test) read no values."""
+    if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops) or any(
+            isinstance(x, ast.Constant) and (isinstance(x.value, str) or x.value is None)
+            for x in [e.left, *e.comparators]):  # fmt: skip
+        return "scalar"
+    kinds = {model.kind(x, info) for x in [e.left, *e.comparators]}
+    return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+
+
 def progress_of_enumerate(model: Any, c: ast.Call) -> bool:
     """`tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: a progress bar around an enumerate/zip."""
     return bool(c.args and model.call_name(c).split(".")[-1] in ("tqdm", "track")

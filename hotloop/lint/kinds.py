@@ -23,6 +23,7 @@ from hotloop.lint.forks import (
     branch_kind,
     builtin_kind,
     captured_kind,
+    compare_kind,
     counter_entry,
     entry_kind,
     lambda_param,
@@ -424,10 +425,7 @@ class KindModel:
         if isinstance(e, ast.UnaryOp):
             return self.kind(e.operand, info)
         if isinstance(e, ast.Compare):
-            if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in e.ops):
-                return "scalar"  # identity and membership tests never read values
-            kinds = {self.kind(x, info) for x in [e.left, *e.comparators]}
-            return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+            return compare_kind(self, e, info)
         if isinstance(e, ast.BoolOp):
             kinds = {self.kind(v, info) for v in e.values}
             return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
