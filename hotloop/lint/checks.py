@@ -34,7 +34,7 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import a_grad, copied, graphless, reduced, under_no_grad
+from hotloop.lint.syntax import a_grad, copied, graphless, made_here, reduced, under_no_grad
 from hotloop.lint.totals import running_totals
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
@@ -261,7 +261,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
         if base in ("DataLoader", "WebLoader", "StatefulDataLoader") or base[:1].isupper() and loader_class(mi, c):
             self.dataloader(c)
-        if meth == "zero_" and hot and not c.args and a_grad(c.func.value):  # type: ignore[attr-defined]
+        if meth == "zero_" and hot and not c.args and a_grad(c.func.value) and not made_here(mi, c.func.value):  # type: ignore[attr-defined]
             self.add("HL013", c, f"`{_src(c)}` writes zeros into the gradient every step (what `zero_grad("
                      "set_to_none=False)` does): set it to None instead")  # fmt: skip
         if meth == "zero_grad":

@@ -102,6 +102,14 @@ def compare_kind(model: Any, e: ast.Compare, info: Any) -> str | None:
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
 
 
+def iterates_data(model: Any, it: ast.expr, loader_name: re.Pattern[str]) -> bool:
+    """A loop over a loader (by its name), through `enumerate`/`zip`/`tqdm`."""
+    if isinstance(it, ast.Call) and model.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):
+        return any(iterates_data(model, a, loader_name) for a in it.args)
+    name = dotted(it)
+    return bool(name) and bool(loader_name.search(name.split(".")[-1])) and "range" not in name
+
+
 def progress_of_enumerate(model: Any, c: ast.Call) -> bool:
     """`tqdm(enumerate(zip(a_loader, b_loader)), total=n)`: a progress bar around an enumerate/zip."""
     return bool(c.args and model.call_name(c).split(".")[-1] in ("tqdm", "track")

@@ -117,6 +117,9 @@ class Project:
                 for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
                     if (a.asname or "." not in a.name) and (f := self._resolve(a.name, 0)) is not None:
                         self.modules[a.asname or a.name] = f
+        for d in self.mi.tree.body:  # the file's own `class Batches` shadows the one `from utils import *` brought
+            if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.names.pop(d.name, None)
 
     def _star(self, n: ast.ImportFrom) -> None:
         """`from utils import *` (older research code): every top-level function and class of the module, and

@@ -26,6 +26,7 @@ from hotloop.lint.forks import (
     compare_kind,
     counter_entry,
     entry_kind,
+    iterates_data,
     lambda_param,
     narrowed_away,
     numeric_default,
@@ -263,19 +264,13 @@ class KindModel:
         return False
 
     def _module_instance(self, name: str) -> bool:
+        """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), once looked up."""
         cache = self.__dict__.setdefault("_instances", {})
         if name not in cache:
-            cache[name] = self._find_module_instance(name)
+            cache[name] = any(isinstance(v, ast.Call) and ((full := self.call_name(v)).endswith("Loss") or (  # type: ignore[attr-defined]
+                full.startswith("torch.nn.") and full.split(".")[-1][:1].isupper()))
+                for v in assigned_values(name, self.nodes))  # type: ignore[attr-defined]  # fmt: skip
         return cache[name]
-
-    def _find_module_instance(self, name: str) -> bool:
-        for value in assigned_values(name, self.nodes):  # type: ignore[attr-defined]
-            if isinstance(value, ast.Call):
-                full = self.call_name(value)  # type: ignore[attr-defined]
-                last = full.split(".")[-1]
-                if full.startswith("torch.nn.") and last[:1].isupper() or last.endswith("Loss"):
-                    return True
-        return False
 
     def _param_kinds(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: FunctionInfo) -> None:
         """Annotations first; else what every same-file call site passes (positionally or by keyword)."""
@@ -316,18 +311,18 @@ class KindModel:
         if fn in self._returns:
             return self._returns[fn]
         self._returns[fn] = None  # recursion guard
-        info = self.info_of(fn)
-        kinds = {self.kind(n.value, info) for n in self.walk_local(fn)  # type: ignore[attr-defined]
+        outer, self._provisional = self._provisional, False
+        kinds = {self.kind(n.value, self.info_of(fn)) for n in self.walk_local(fn)  # type: ignore[attr-defined]
                  if isinstance(n, ast.Return) and n.value is not None}  # fmt: skip
         kind = "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
+        provisional, self._provisional = self._provisional, outer or self._provisional
         self._returns[fn] = kind
+        if provisional and self._working:  # read an info still being worked out (DropEdge's `outputs = train(...)`)
+            del self._returns[fn]  # so, like such an info (`info_of`), worked out again when next asked
         return kind
 
     def _iterates_data(self, it: ast.expr) -> bool:
-        if isinstance(it, ast.Call) and self.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):  # type: ignore[attr-defined]
-            return any(self._iterates_data(a) for a in it.args)
-        name = dotted(it)
-        return bool(name) and bool(LOADER_NAME.search(name.split(".")[-1])) and "range" not in name
+        return iterates_data(self, it, LOADER_NAME)
 
     def comp_tensors(self, comp: ast.AST | None, info: FunctionInfo) -> set[str]:
         """Names a comprehension binds to elements of a tensor collection (`for g in grads`)."""
@@ -358,8 +353,11 @@ class KindModel:
                 return "scalar"  # `{k: v.item() for ...}` holds numbers
             if any(self._tensor_values(g.iter, info) for g in e.generators):
                 return "tensor"
-        if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):
-            return None
+        if isinstance(
+            e, (ast.List, ast.Dict, ast.Set, ast.Tuple)
+        ):  # numbers only: DropEdge's `return (loss.item(), t)`
+            items = getattr(e, "elts", [])
+            return "scalar" if items and all(self.kind(x, info) == "scalar" for x in items) else None
         if isinstance(e, ast.Name):
             if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
                 return "scalar"

@@ -17,6 +17,12 @@ from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import assignment_before, passed_for
 
+# A network called as a function: `self.model(batch)`, `netG(z)`, `self.encoder(x)` (not `build_model(cfg)`).
+MODULE_CALL = re.compile(
+    r"^(?!(build|create|get|make|load|init|setup)_)(model|net\w*|\w*_(model|net)|encoder|decoder|generator|discriminator|teacher|student)$",
+    re.I,
+)
+
 
 def moves_to_device(c: ast.Call) -> bool:
     """`.cuda()`, `.to(device)`, `.to(self.device)`, `.to(x)` (another tensor's device), `.to(device=...)`; not
@@ -100,8 +106,8 @@ class HostProvenance:
             values = []
             loops = set(self.mi.enclosing_loops(e))
             for n in walk_local(fn):
-                if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and n.target.id == e.id:
-                    values.append(n.iter)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
+                if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
+                    values.append(source)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
                 if not isinstance(n, (ast.Assign, ast.AugAssign)):
                     continue
                 if n.lineno <= e.lineno <= (n.end_lineno or n.lineno) and any(x is e for x in ast.walk(n.value)):
@@ -278,6 +284,8 @@ class HostProvenance:
         if not isinstance(e, ast.Call):
             return False
         name = self.mi.call_name(e)
+        if MODULE_CALL.search(dotted(e.func).rpartition(".")[2]):
+            return True  # a module's outputs live on its device (VoiceCraft's `out = self.model(batch)`, `out['loss']`)
         if name.startswith("torch.") and name.split(".")[-1] in {*self.HOST_FACTORIES, "eye"}:  # `torch.rand(n)`
             device = _kw(e, "device")
             return device is not None and not (isinstance(device.value, ast.Constant) and device.value.value == "cpu")
@@ -349,6 +357,21 @@ def _element(s: ast.Assign, name: str) -> ast.expr | None:
     if isinstance(s.value, ast.Tuple) and len(s.value.elts) == len(t.elts):
         return s.value.elts[[x.id for x in t.elts].index(name)]  # type: ignore[attr-defined]
     return s.value if isinstance(s.value, ast.Call) else None
+
+
+def _loop_source(target: ast.expr, it: ast.expr, name: str) -> ast.expr | None:
+    """What a loop takes `name` from: `it` for `for name in it`, `lengths` for NCRFpp's `for idx, (seq, label,
+    seqlen) in enumerate(zip(words, labels, lengths))`; None when `name` is not bound by this loop."""
+    if isinstance(target, ast.Name):
+        return it if target.id == name else None
+    if not isinstance(target, ast.Tuple) or not isinstance(it, ast.Call) or it.keywords:
+        return None
+    if dotted(it.func) == "enumerate" and len(target.elts) == 2 and len(it.args) == 1:
+        return _loop_source(target.elts[1], it.args[0], name)
+    if dotted(it.func) == "zip" and len(target.elts) == len(it.args):
+        return next((src for t, a in zip(target.elts, it.args, strict=True)
+                     if (src := _loop_source(t, a, name)) is not None), None)  # fmt: skip
+    return None
 
 
 def unbound_before(e: ast.Name, fn: ast.AST) -> bool:

@@ -257,9 +257,9 @@ class StructureChecks:
             return True
         n = self.mi.parent.get(call)
         while n is not None and n is not caller:
-            if isinstance(n, ast.With) and any(re.search(r"no_grad|inference_mode", ast.unparse(i.context_expr))
-                                               for i in n.items):  # fmt: skip
-                return True
+            if isinstance(n, ast.With) and any(re.search(r"no_grad|inference_mode|set_grad_enabled\(False\)",
+                                                         ast.unparse(i.context_expr)) for i in n.items):  # fmt: skip
+                return True  # (PointRCNN's `with torch.set_grad_enabled(False): self.eval_epoch(test_loader)`)
             n = self.mi.parent.get(n)
         return False
 

@@ -123,12 +123,22 @@ def assignment_before(
         for field in ("body", "orelse", "finalbody"):
             block = getattr(n, field, None)
             if isinstance(block, list) and child in block:
-                for s in reversed(block[: block.index(child)]):
-                    if isinstance(s, ast.Assign) and binds(s):
-                        return s
+                if (found := _last_binding(block[: block.index(child)], binds)) is not None:
+                    return found
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return None
         child, n = n, parent.get(n)
+    return None
+
+
+def _last_binding(stmts: list[ast.stmt], binds: Callable[[ast.Assign], bool]) -> ast.Assign | None:
+    """The last of `stmts` that `binds` accepts, looking into `with` bodies, which always run (VoiceCraft's
+    `with autocast(): out = self.model(batch)`, then `out['loss']` below it)."""
+    for s in reversed(stmts):
+        if isinstance(s, ast.Assign) and binds(s):
+            return s
+        if isinstance(s, (ast.With, ast.AsyncWith)) and (found := _last_binding(s.body, binds)) is not None:
+            return found
     return None
 
 
@@ -240,6 +250,21 @@ def reduced(e: ast.expr) -> bool:
     number that only looks like a tensor by its name (`max((x - 1.0) / (warmup - 1.0), 0)`)."""
     return any(isinstance(n, ast.Call) and method_name(n) in ("sum", "max", "min", "mean", "norm", "float", "long")
                for n in ast.walk(e))  # fmt: skip
+
+
+def made_here(mi: Any, e: ast.expr) -> bool:
+    """`delta.grad` of `delta = torch.zeros_like(X).cuda()` in this function: a perturbation of the input an attack
+    builds (Bag-of-Tricks-for-AT's PGD), not a parameter whose gradient an optimizer step keeps."""
+    e = e.value if isinstance(e, ast.Attribute) and e.attr == "data" else e
+    base = e.value if isinstance(e, ast.Attribute) else None
+    if not isinstance(base, ast.Name):
+        return False
+    for v in assigned_values(base.id, walk_local(mi.enclosing_function(e))):
+        while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and not dotted(v.func).startswith("torch."):
+            v = v.func.value  # `.cuda()`, `.requires_grad_()` of what was made
+        if isinstance(v, ast.Call) and re.fullmatch(r"torch\.\w+_like", dotted(v.func)):
+            return True  # (`w = torch.randn(n, m, requires_grad=True)` of a hand-written loop is a parameter)
+    return False
 
 
 def a_grad(e: ast.expr) -> bool:

@@ -4,8 +4,10 @@ own words. Each test fails without the change it names."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from hotloop.lint import lint_source
+from tests.unit.helpers import lint_project
 
 
 def found(src: str) -> list[tuple[int, str]]:
@@ -53,3 +55,152 @@ def test_comparing_a_tensor_with_none_is_python_truth():
             opt.step()
     """
     assert not [h for h in found(src) if h[1] == "HL005"]
+
+
+def test_a_model_output_set_inside_a_with_block_is_on_the_device():
+    """`with autocast(): out = self.model(batch)`, then `out["loss"].detach().to(self.rank)` (VoiceCraft): a
+    module's outputs live on its device, and a `with` body always runs, so the `.to()` copies nothing
+    (provenance.MODULE_CALL, syntax._last_binding). A host-made tensor's copy beside it is still found."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train(self):
+            for batch in self.loader:
+                with torch.autocast("cuda"):
+                    out = self.model(batch)
+                loss = out["loss"].detach().to(self.rank)
+                ones = torch.ones(4).to(self.rank)
+                out["loss"].backward()
+                self.optimizer.step()
+    """
+    hits = found(src)
+    assert (9, "HL012") not in hits
+    assert (10, "HL012") in hits
+
+
+def test_zeroing_an_attack_perturbation_gradient_is_not_zero_grad():
+    """`delta = torch.zeros_like(X).cuda()` ... `delta.grad.zero_()` (a PGD attack in Bag-of-Tricks-for-AT)
+    zeroes an input perturbation's gradient, not a parameter's (syntax.made_here); `p.grad.zero_()` over the
+    model's parameters is still HL013."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for X, y in loader:
+            X = X.cuda(non_blocking=True)
+            delta = torch.zeros_like(X).cuda()
+            delta.requires_grad = True
+            for _ in range(10):
+                model(X + delta).sum().backward()
+                delta.grad.zero_()
+            loss = model(X + delta).sum()
+            loss.backward()
+            opt.step()
+            for p in model.parameters():
+                p.grad.zero_()
+    """
+    hits = [h for h in found(src) if h[1] == "HL013"]
+    assert hits == [(16, "HL013")]
+
+
+def test_a_class_of_the_file_shadows_one_a_star_import_brought(tmp_path: Path):
+    """`from utils import *` brings `utils.Batches`, but the file's own `class Batches` below it is what
+    `Batches(...)` runs (Bag-of-Tricks-for-AT): the helper's loader options are not this call's
+    (imports.Project._read_imports)."""
+    files = {
+        "utils.py": """
+        import torch
+
+        class Batches:
+            def __init__(self, dataset, batch_size, num_workers=4):
+                self.loader = torch.utils.data.DataLoader(dataset, batch_size, num_workers=num_workers)
+        """,
+    }
+    script = """
+    import torch
+    from utils import *
+
+    class Batches:
+        def __init__(self, dataset, batch_size, num_workers=0):
+            self.dataset = dataset
+
+    def main(model, opt, train_set):
+        batches = Batches(train_set, 128, num_workers=4)
+        for epoch in range(10):
+            for x in batches.dataset:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                opt.step()
+    """
+    assert not [h for h in lint_project(tmp_path, files, script) if h[1] == "HL011"]
+
+
+def test_a_caller_turning_gradients_off_with_set_grad_enabled_covers_its_evaluation():
+    """`with torch.set_grad_enabled(False): self.eval_epoch(loader)` (PointRCNN's trainer): the evaluation
+    function needs no `no_grad` of its own (structure._caller_has)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def eval_epoch(self, loader):
+            self.model.eval()
+            for x in loader:
+                self.model(x.cuda(non_blocking=True))
+
+        def train(self, loader, test_loader):
+            for epoch in range(10):
+                for x in loader:
+                    self.model(x.cuda(non_blocking=True)).sum().backward()
+                    self.optimizer.step()
+                with torch.set_grad_enabled(False):
+                    self.eval_epoch(test_loader)
+    """
+    assert not [h for h in found(src) if h[1] == "HL018"]
+
+
+def test_an_element_of_a_host_tensor_zipped_in_a_loop_is_read_without_a_sync():
+    """`for idx, (seq, seqlen) in enumerate(zip(words, lengths)): seqlen.item()` with `lengths =
+    torch.LongTensor(...)` built on the host (NCRFpp's batchify): no device read (provenance._loop_source);
+    the same loop over a device tensor is still HL001."""
+    src = """
+    import torch
+
+    def train(model, batches, opt):
+        for words in batches:
+            lengths = torch.LongTensor([len(w) for w in words])
+            on_gpu = lengths.cuda(non_blocking=True)
+            for idx, (seq, seqlen) in enumerate(zip(words, lengths)):
+                n = seqlen.item()
+            for idx, (seq, on_gpu_len) in enumerate(zip(words, on_gpu)):
+                m = on_gpu_len.item()
+            model(on_gpu).sum().backward()
+            opt.step()
+    """
+    hits = [h for h in found(src) if h[1] == "HL001"]
+    assert hits == [(11, "HL001")]
+
+
+def test_a_tuple_of_numbers_returned_by_a_same_file_step_is_no_tensor():
+    """`outputs = train(epoch)` with `return (loss.item(), acc.item(), lr, t)`, then `"{:.4f}".format(outputs[0])`
+    (DropEdge): a tuple of Python numbers is a number's container, whichever function's kinds were worked out
+    first (kinds.return_kind is not kept when it read a provisional info)."""
+    src = """
+    import time
+    import torch
+
+    def train(epoch, feats):
+        t = time.time()
+        optimizer.zero_grad()
+        outputs = model(feats.cuda(non_blocking=True))
+        loss = outputs.sum()
+        loss.backward()
+        optimizer.step()
+        return (loss.item(), outputs.mean().item(), time.time() - t)
+
+    for epoch in range(100):
+        outputs = train(epoch, feats)
+        print("loss {:.4f} acc {:.4f} t {:.2f}".format(outputs[0], outputs[1], outputs[2]))
+    """
+    hits = found(src)
+    assert not [h for h in hits if h[1] == "HL002"]
+    assert (12, "HL001") in hits
