@@ -53,6 +53,20 @@ def is_gate(test: ast.expr) -> bool:
     return False
 
 
+EVAL_PHASE = re.compile(r"(val|valid|validation|eval|evaluation|test|testing|dev)", re.I)
+
+
+def _phase_branch(test: ast.expr) -> bool | None:
+    """Which side of `if split == 'valid':` / `if phase != 'train':` only evaluation takes (a loop running train
+    and then valid passes, Sentence-VAE's): True for the body, False for the `else`; None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    const = next((x.value for x in (test.left, *test.comparators) if isinstance(x, ast.Constant)), None)
+    if not isinstance(const, str) or not (EVAL_PHASE.fullmatch(const) or const.lower() in ("train", "training")):
+        return None
+    return bool(EVAL_PHASE.fullmatch(const)) == isinstance(test.ops[0], ast.Eq)
+
+
 def _a_rank(e: ast.expr) -> bool:
     """`args.rank % ngpus_per_node == 0` (BTS, the ImageNet example): which process this is, the same on every
     step - a main-process test, not a period."""
@@ -304,8 +318,12 @@ class GateModel:
 
     def _inference_branch(self, n: ast.If | ast.IfExp, child: ast.AST) -> bool:
         """In a `forward`, the branch taken without targets (`if targets is None:` / the `else` of `if targets
-        is not None:`): generation's path, which a training step (always given targets) never takes."""
+        is not None:`): generation's path, which a training step (always given targets) never takes. Or the
+        evaluation side of a phase test (`_phase_branch`)."""
         test = n.test
+        if (side := _phase_branch(test)) is not None:  # `if split == 'valid':` in a loop over splits
+            branch = n.body if side else n.orelse
+            return child is branch or isinstance(branch, list) and child in branch
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
                 and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None
                 and isinstance(test.left, ast.Name) and TARGETS.fullmatch(test.left.id)):  # fmt: skip

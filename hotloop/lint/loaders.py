@@ -25,6 +25,8 @@ from hotloop.lint.syntax import block_of, param_defaults
 # test_loader)`) reads a few batches once: no evidence of epochs.
 CONFIG = re.compile(r"^(args|opt|opts|config|cfg|hparams|hp|flags)$")  # `args.num_workers` from an options module
 MEASURES = re.compile(r"(^|_)(compute_)?(time|timing|bench|benchmark|profile|visuali[sz]e|show|plot)", re.I)
+# An evaluation called outside any loop (TLlib's `utils.validate(test_loader, ...)` once after training): one pass.
+ONE_PASS = re.compile(r"^(val|valid|validate|validation|eval|evaluate|evaluation|test|predict)(_|$)", re.I)
 _LOADERS: dict[tuple[str, float, str], tuple[ModuleInfo, ast.AST, list[ast.Call]] | None] = {}
 
 
@@ -255,7 +257,9 @@ class LoaderChecks:
                 return True  # `voc_train_loop(..., train_set, ...)`, a same-file function looping epochs over it
             if given and not loops_only and not self.mi.targets_of(call):  # type: ignore[arg-type]
                 name = self.mi.call_name(call)
-                if name not in ("len", "print", "iter", "next") and not MEASURES.search(name.rpartition(".")[2]):
+                last = name.rpartition(".")[2]
+                if name not in ("len", "print", "iter", "next") and not MEASURES.search(last) and not (
+                        ONE_PASS.search(last)):  # fmt: skip
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         return False  # never iterated where we can see it: no evidence of several epochs
 

@@ -204,3 +204,48 @@ def test_a_tuple_of_numbers_returned_by_a_same_file_step_is_no_tensor():
     hits = found(src)
     assert not [h for h in hits if h[1] == "HL002"]
     assert (12, "HL001") in hits
+
+
+def test_reads_on_the_validation_side_of_a_phase_test_are_not_per_step():
+    """`for split in splits:` running a train and a valid pass over one loop body, and `if split == 'valid':`
+    reading the batch for its sentences (Sentence-VAE): only evaluation takes that side (gates._phase_branch).
+    The same read under `if split == 'train':` runs every training step."""
+    src = """
+    import torch
+
+    def fit(model, loaders, opt):
+        for epoch in range(10):
+            for split in ("train", "valid"):
+                for batch in loaders[split]:
+                    loss = model(batch.cuda(non_blocking=True)).sum()
+                    if split == "train":
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                        a = loss.item()
+                    if split == "valid":
+                        b = loss.item()
+                    if split != "train":
+                        c = loss.item()
+    """
+    hits = [h for h in found(src) if h[1] == "HL001"]
+    assert hits == [(13, "HL001")]
+
+
+def test_a_loader_handed_once_to_an_evaluation_is_one_pass():
+    """`test_loader` given to `utils.validate(...)` once, after the epochs (TLlib's DANN): one pass, so its
+    workers are forked once and `persistent_workers` is not asked for (loaders.ONE_PASS); a loader handed to an
+    unknown `trainer.fit(...)` may still run epochs."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+    import utils
+
+    def main(model, test_set, train_set, trainer):
+        test_loader = DataLoader(test_set, batch_size=64, num_workers=4, pin_memory=True)
+        train_loader = DataLoader(train_set, batch_size=64, num_workers=4, pin_memory=True)
+        trainer.fit(model.cuda(), train_loader)
+        acc = utils.validate(test_loader, model)
+    """
+    hits = [h for h in found(src) if h[1] == "HL011"]
+    assert hits == [(8, "HL011")]
