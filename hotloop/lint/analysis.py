@@ -52,6 +52,7 @@ STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^tr
 # calling them is in another file): their copies and reads are per step. (Not a reason to call a loop hot: an
 # evaluation loop feeds data the same way.)
 PER_STEP_METHOD = re.compile(r"^(feed_data|set_input|parse_batch_train|process_data|_preproc_inputs)$")
+AGENT_STEP = re.compile(r"^(act|step|explore|select_action|get_action|choose_action|sample_action)$")
 AGENT_UPDATE = re.compile(r"^(update|learn|update_parameters|update_agent|update_policy|train_agent)$")
 EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_*train_loop$")
 # Given a loss and the optimizer, these save/log/evaluate it or run an epoch: no step (whole words: not `retrieval`)
@@ -332,6 +333,16 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 entry = (isinstance(self.parent.get(fn), ast.ClassDef) and AGENT_UPDATE.match(name)
                          and not any(self.local_target(c) == name for c in self.calls_to.get(name, [])))  # fmt: skip
                 if (direct or entry) and not self._loops_over_data(fn, whiles=True):
+                    self.hot_functions.add(fn)
+        # An agent's per-environment-step methods, which a script or notebook elsewhere calls every step (Udacity's
+        # `Agent.act(state)`, and `Agent.step(...)` sampling the replay buffer for `learn`): in a class whose update
+        # is hot, called by nothing in this file.
+        for cls in {self.parent.get(f) for f in self.hot_functions} - {None}:
+            names = {f.name for f in getattr(cls, "body", []) if isinstance(f, FUNCS)}
+            for fn in getattr(cls, "body", []) if isinstance(cls, ast.ClassDef) else []:
+                # (beside a `sample_action`, CURL's `select_action` is the evaluation's deterministic one)
+                evaluation = fn.name == "select_action" and "sample_action" in names if isinstance(fn, FUNCS) else True
+                if not evaluation and AGENT_STEP.match(fn.name) and not self.calls_to.get(fn.name):
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         holders = {self.enclosing_function(loop) for loop in self.hot_loops} - {self.tree}

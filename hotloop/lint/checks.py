@@ -34,12 +34,12 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import a_grad, copied, graphless, made_here, reduced, under_no_grad
+from hotloop.lint.syntax import a_grad, chained_read, copied, data0, graphless, made_here, reduced, under_no_grad
 from hotloop.lint.totals import running_totals
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 LOG_FUNCS = re.compile(
-    r"^(print|log|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
+    r"^(print|log|log_value|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
     r"|([\w.]*\.)?_?\w*(meter|writer|tracker|run|wandb|logger)\.(update|log|log_dict|add_scalar|add_scalars)"
     r"|\w*\.set_(description|postfix))$"
 )
@@ -162,7 +162,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 values = [a.value if isinstance(a, ast.Starred) else a for a in c.args]
                 values += [k.value for k in c.keywords]
                 values += [v for a in values if isinstance(a, ast.Dict) for v in a.values]
-                shown = next((a for a in values if self.tensor(a)), None)
+                shown = next((a for a in values if self.tensor(a) and not data0(a)), None)  # (`.data[0]`: HL001)
                 # a logger that `.item()`s what it gets: any computed value may be a tensor (`-log_prob.mean()`)
                 read = next((a for a in values if a is shown or isinstance(a, (ast.Call, ast.UnaryOp, ast.BinOp))
                              and self.kind(a) != "scalar"), None)  # fmt: skip
@@ -180,8 +180,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             ):  # fmt: skip
                 self.add("HL006", c, f"`{meth or name}` has a data-dependent size: a sync every step")
             if meth in ("cpu", "numpy", "tolist") and isinstance(c.func, ast.Attribute) and not c.args:
-                recv = dotted(c.func.value)
-                if not (recv and MODEL_NAME.search(recv.split(".")[-1])):
+                recv = dotted(c.func.value)  # (`x.numpy().tolist()`: the copy is `.numpy()`'s, judged on its own)
+                if not (recv and MODEL_NAME.search(recv.split(".")[-1]) or chained_read(c)):
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)

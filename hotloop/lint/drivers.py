@@ -203,9 +203,9 @@ def feeds_env(mi: Any, node: ast.AST) -> bool:
         n = mi.parent.get(n)
     names = {x.id for t in getattr(n, "targets", []) for x in ast.walk(t) if isinstance(x, ast.Name)}
     fn = mi.enclosing_function(node)
-    if re.search(r"^(get|select|sample|choose)_actions?$|^act$", getattr(fn, "name", "")) and (
-        isinstance(n, ast.Return) or any(isinstance(r, ast.Return) and isinstance(r.value, ast.Name)
-                                         and r.value.id in names for r in walk_local(fn))):  # fmt: skip
-        return True  # `get_action(state)` returning `action.detach().cpu().numpy()[0]` for the env's step
+    if re.search(r"^(get|select|sample|choose)_actions?$|^act$|^explore$", getattr(fn, "name", "")) and (
+        isinstance(n, ast.Return) or any(isinstance(r, ast.Return) and r.value is not None and names & {
+            x.id for x in ast.walk(r.value) if isinstance(x, ast.Name)} for r in walk_local(fn))):  # fmt: skip
+        return True  # `get_action(state)` returning `action.detach().cpu().numpy()[0]` (or `np.clip(action, -1, 1)`)
     return bool(names) and any(env_step(c) and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
                                for c in walk_local(fn))  # fmt: skip

@@ -25,6 +25,7 @@ from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted
 from hotloop.lint.branches import built_once
 from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.classes import guess
+from hotloop.lint.drivers import feeds_env
 from hotloop.lint.gates import TARGETS
 from hotloop.lint.imports import Project, defining, find_def, instance_target, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
@@ -459,6 +460,8 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
                 continue
             if acts and not host_made:  # an agent's `select_action`: its reads are its job, its copies are not
                 continue
+            if code in ("HL001", "HL007") and feeds_env(mi, c):
+                continue  # `return utils.to_np(action[0])` from an agent's `act` (DrQ): the environment's input
             if host_made == "param" and not MOVER.search(name) and not _given_data(mi, c):
                 continue  # a helper moving its parameter, not named a mover: a batch only when given data
             if if_tensor and code != "HL012":  # a mover's `isinstance` test walks a batch's containers instead

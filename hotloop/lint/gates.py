@@ -158,10 +158,12 @@ class GateModel:
     parent: dict
 
     def is_update_gate(self, node: ast.If) -> bool:
-        """`if (i + 1) % accum == 0: optimizer.step()`: runs every optimizer update, not at a boundary. A test
+        """`if (i + 1) % accum == 0: optimizer.step()` (or `if self.t_step == 0: self.learn(...)`): runs every
+        optimizer update, not at a boundary. A test
         naming a log/eval boundary (`not is_accumulating and step % eval.interval == 0`) is a boundary."""
-        if any(is_optimizer_step(n) or method_name(n) == "zero_grad" for s in node.body for n in ast.walk(s)
-               if isinstance(n, ast.Call)):  # fmt: skip
+        steps = getattr(self, "step_functions", set())  # (or a same-file step: Udacity's `self.learn(...)`)
+        if any(is_optimizer_step(n) or method_name(n) == "zero_grad" or self.local_target(n) in steps  # type: ignore[attr-defined]
+               for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call)):  # fmt: skip
             return True
         names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
                  if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
@@ -354,7 +356,9 @@ class GateModel:
                 return True  # `if calc_acc:` with `calc_acc=False`, which the training loop's call does not pass
             if isinstance(n, ast.If) and child is not n.test and child in anomaly_branch(n):
                 return True  # `if torch.isnan(loss): print(...); continue`: only on a bad step, not every step
-            if isinstance(n, ast.If) and child in n.body and (first_step(n.test) or first_value(n)):
+            # (not when it lets an update through: `if self.t_step == 0: self.learn(...)` with `t_step` a period)
+            if isinstance(n, ast.If) and child in n.body and (first_step(n.test) or first_value(n)) and not (
+                    self.is_update_gate(n)):  # fmt: skip
                 return True  # `if self.get_num_updates() == 0: torch.cuda.empty_cache()`: the first step only
             if isinstance(n, ast.ExceptHandler):
                 return True  # `except FloatingPointError: grad_norm = torch.tensor(0.0).cuda()`: on a failure only

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
 from hotloop.lint.classes import guess, project_root, unique_module
-from hotloop.lint.syntax import method_of
+from hotloop.lint.syntax import dotted, method_of
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -248,8 +248,9 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
             out.append(c)
         elif "." not in name and isinstance(fn := find_def(helper.tree, name), ast.FunctionDef) and any(
             isinstance(k, ast.ClassDef) and k.name == name for k in helper.tree.body
-        ) and fn.name in helper.step_functions:  # fmt: skip
-            out.append(c)  # an instance's `forward` that takes the optimizer step (MAML's `Meta`)
+        ) and fn.name in helper.step_functions and dotted(c.func).rpartition(".")[2] != name:  # fmt: skip
+            # an instance's `forward` that takes the optimizer step (MAML's `Meta`), not the class built
+            out.append(c)  # (Dreamer's `self._model_opt = tools.Optimizer(...)` in `__init__` takes no step)
     return out
 
 

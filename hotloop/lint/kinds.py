@@ -353,11 +353,12 @@ class KindModel:
                 return "scalar"  # `{k: v.item() for ...}` holds numbers
             if any(self._tensor_values(g.iter, info) for g in e.generators):
                 return "tensor"
-        if isinstance(
-            e, (ast.List, ast.Dict, ast.Set, ast.Tuple)
-        ):  # numbers only: DropEdge's `return (loss.item(), t)`
-            items = getattr(e, "elts", [])
-            return "scalar" if items and all(self.kind(x, info) == "scalar" for x in items) else None
+        if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):  # DropEdge's `return (loss.item(), t)`: numbers
+            kinds = {self.kind(x, info) for x in (e.values if isinstance(e, ast.Dict) else e.elts)}
+            if kinds == {"tensor"} and isinstance(e, ast.Dict):  # `{"loss_mask": loss_mask, ...}` (SAM-HQ): like
+                return "tensor"  # a criterion's loss dict, indexed and reduced like a tensor
+            return "scalar" if kinds == {"scalar"} and not isinstance(e, ast.Dict) else None  # (`{"loss": 0}` is
+            # filled with tensors later: ScanRefer's `_running_log`)
         if isinstance(e, ast.Name):
             if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
                 return "scalar"

@@ -107,7 +107,9 @@ class HostProvenance:
             loops = set(self.mi.enclosing_loops(e))
             for n in walk_local(fn):
                 if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
-                    values.append(source)  # `for idx in torch.where(host_labels == k)[0]:` yields host tensors
+                    # `for idx in torch.where(host_labels == k)[0]:` yields host tensors; so does a loader whose
+                    # batch the loop never moves, while moving other things (GraphRNN's `data['len']`)
+                    values.append(ast.Constant(0) if self._unmoved_batch(e.id, n, fn) else source)
                 if not isinstance(n, (ast.Assign, ast.AugAssign)):
                     continue
                 if n.lineno <= e.lineno <= (n.end_lineno or n.lineno) and any(x is e for x in ast.walk(n.value)):
@@ -136,6 +138,9 @@ class HostProvenance:
                 meth = ""  # a function of the torch module, not a method of a tensor
             if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:
                 device = _kw(e, "device")
+                if device is None and name in ("torch.as_tensor", "torch.tensor") and e.args and self.kind(
+                        e.args[0]) == "tensor":  # fmt: skip
+                    return self._host(e.args[0], depth + 1)  # `torch.as_tensor(v)` keeps a device tensor there (HALOs)
                 return device is None or isinstance(device.value, ast.Constant) and device.value.value == "cpu"
             if name.count(".") == 1 and name[6:] in self.LEGACY:
                 return "set_default_tensor_type" not in self.mi.source
@@ -160,6 +165,27 @@ class HostProvenance:
                 items += [a for a in e.args[1:] if self.kind(a) == "tensor"]
                 return all(self._host(x, depth + 1) for x in items)
         return False
+
+    def _unmoved_batch(self, name: str, loop: ast.For, fn: ast.AST) -> bool:
+        """`name` is a batch of a loader (`for i, data in enumerate(loader)`) that `fn` never rebinds, moves in
+        place (`data[k] = ...`) or hands to a mover (`to_device(data)`), while it does move something to the
+        device (`data["x"].cuda()` is a copy: `data` stays): the loader yields host tensors (not one prepared by
+        Accelerate/Fabric, nor a dataset kept on the GPU, where nothing is moved)."""
+        if not self.mi._iterates_data(loop.iter) or re.search(r"\.prepare\(|setup_dataloaders|prefetch", self.mi.source,
+                                                                re.I):  # fmt: skip
+            return False
+        if any(isinstance(f, ast.FunctionDef) and f.name in ("__iter__", "__next__") and any(isinstance(
+                c, ast.Call) and isinstance(c.func, ast.Attribute) and moves_to_device(c) for c in ast.walk(f))
+               for f in self.mi.nodes):  # fmt: skip
+            return False  # the file's own loader moves what it yields (Bag-of-Tricks-for-AT's `Batches.__iter__`)
+        calls = [c for c in walk_local(fn) if isinstance(c, ast.Call)]
+        moves = any(isinstance(c.func, ast.Attribute) and moves_to_device(c) for c in calls)
+        handed = any(MOVER_FN.search(dotted(c.func).rpartition(".")[2]) and any(
+            isinstance(a, ast.Name) and a.id == name for a in c.args) for c in calls)  # fmt: skip
+        changed = any(isinstance(a, ast.Assign) and any(name in target_names(t) or isinstance(t, ast.Subscript)
+                                                        and dotted(t.value) == name for t in a.targets)
+                      for a in walk_local(fn))  # fmt: skip
+        return moves and not handed and not changed
 
     def _moved_later(self, e: ast.Name, fn: ast.AST) -> bool:
         """`e` is read before the line where the function moves that very name to the device (`labels =
@@ -360,18 +386,20 @@ def _element(s: ast.Assign, name: str) -> ast.expr | None:
 
 
 def _loop_source(target: ast.expr, it: ast.expr, name: str) -> ast.expr | None:
-    """What a loop takes `name` from: `it` for `for name in it`, `lengths` for NCRFpp's `for idx, (seq, label,
-    seqlen) in enumerate(zip(words, labels, lengths))`; None when `name` is not bound by this loop."""
+    """What a loop takes `name` from: `it` for `for name in it` (or `for a, name in it`), `lengths` for NCRFpp's
+    `for idx, (seq, label, seqlen) in enumerate(zip(words, labels, lengths))`; None when `name` is not bound by
+    this loop."""
     if isinstance(target, ast.Name):
         return it if target.id == name else None
-    if not isinstance(target, ast.Tuple) or not isinstance(it, ast.Call) or it.keywords:
+    if not isinstance(target, ast.Tuple) or name not in target_names(target):
         return None
-    if dotted(it.func) == "enumerate" and len(target.elts) == 2 and len(it.args) == 1:
-        return _loop_source(target.elts[1], it.args[0], name)
-    if dotted(it.func) == "zip" and len(target.elts) == len(it.args):
-        return next((src for t, a in zip(target.elts, it.args, strict=True)
+    func = dotted(it.func) if isinstance(it, ast.Call) and not it.keywords else ""
+    if func == "enumerate" and len(target.elts) == 2 and len(it.args) == 1:  # type: ignore[attr-defined]
+        return _loop_source(target.elts[1], it.args[0], name)  # type: ignore[attr-defined]
+    if func == "zip" and len(target.elts) == len(it.args):  # type: ignore[attr-defined]
+        return next((src for t, a in zip(target.elts, it.args, strict=True)  # type: ignore[attr-defined]
                      if (src := _loop_source(t, a, name)) is not None), None)  # fmt: skip
-    return None
+    return None if func in ("enumerate", "zip") else it  # `for src, tgt, euler in tqdm(loader)`: a batch's part
 
 
 def unbound_before(e: ast.Name, fn: ast.AST) -> bool:

@@ -27,7 +27,7 @@ RESULTS = re.compile(r"(results?|preds?|predictions|outputs?|features|feats|embe
 # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save
 ITER = r"(?<![a-z])iter|iter(?![a-z])|iteration"  # `n_iter`, `niter`, `iteration`: not `criterion`
 VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|step|" + ITER + r"|kimg|nimg|tick|acc|"
-                     r"score|loss|psnr|bleu|fid\b|time", re.I)  # fmt: skip
+                     r"score|loss|psnr|bleu|fid\b|time|counter", re.I)  # fmt: skip
 
 
 RUN_OPTION = re.compile(r"\b(args|opts?|cfg|config|hparams|FLAGS)\.(\w*s|(max|num|n|total)_\w+)\b")
@@ -40,7 +40,12 @@ def formats_a_counter(text: str) -> bool:
     """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`, `'ssd_' + repr(iteration)`: the
     name changes each save."""
     formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|(?:str|repr)\(([^)]*)\)", text)
-    return any(VARYING.search(RUN_OPTION.sub("", " ".join(g))) for g in formatted)
+    # a path builder given the counter (LeRobot's `get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)`; not
+    # a run's time stamp, Pointnet2's `exp_dir.joinpath(timestr)`, one directory for the whole run)
+    built = re.findall(r"(?:dir|path|name|file)\(([^)]*)\)", text)
+    return any(VARYING.search(RUN_OPTION.sub("", " ".join(g))) for g in formatted) or any(
+        re.search(r"epoch(?!s)|step|counter|" + ITER, RUN_OPTION.sub("", b), re.I) for b in built
+    )
 
 
 def _fixed_file(v: ast.expr) -> bool:
@@ -89,10 +94,10 @@ class SaveChecks:
         statistics or a tensor of results: only losing a checkpoint costs a run."""
         if not c.args:
             return True
+        if self._results_file(c):  # (also when read back: SSD's cached `predictions.pth`, recomputed if torn)
+            return False  # `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`: a dump
         if self._reloaded(c):
             return True  # the file the run reads back on restart: losing it costs the run, whatever it holds
-        if self._results_file(c):
-            return False  # `torch.save(output_state_dict, join(out, 'results-{}.pkl'.format(rank)))`: a dump
         child, n = c, self.mi.parent.get(c)
         while n is not None and not isinstance(n, ast.Module):
             if isinstance(n, ast.If) and child in anomaly_branch(n):
@@ -208,7 +213,8 @@ class SaveChecks:
                 if depth == 0 and last is None and len(values) > 1 and any(_fixed_file(v) for v in values):
                     return False  # `if cur_iter is None: f = join(p, "checkpoint.pth.tar") else: f = ...%d...`
                 for v in values[:3]:  # `if ema: path = f"ema_{step}.pt" else: path = f"model_{step}.pt"`
-                    if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse)):
+                    if isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) and isinstance(b.value, str)
+                                                        for b in (v.body, v.orelse)):  # fmt: skip
                         return False  # `"best.pt" if is_best else f"iter_{step}.pt"`: one branch is a fixed name
                     if any(
                         isinstance(x, ast.IfExp)
@@ -268,8 +274,10 @@ def path_params(mi: ModuleInfo, save: ast.AST, own: ast.AST | None) -> list[tupl
     exprs = [path] if path is not None else [*save.args, *(k.value for k in save.keywords)]
     if fn is own:
         return [_depends_on(fn, exprs)]
-    if not isinstance(fn, ast.FunctionDef) or mi.enclosing_function(fn) is not own:
-        return [ANY_ARG]  # a same-file helper elsewhere: any argument of the call may name the file
+    if not isinstance(fn, ast.FunctionDef):
+        return [ANY_ARG]
+    # a helper nested in `own` or beside it (TTS' `save_best_model` -> `save_model(..., checkpoint_path)`): what
+    # `own`'s calls of it pass; called only further down, any argument of the call may name the file
     inner = {p for _, p in _depends_on(fn, exprs)}
     calls = [c for c in walk_local(own) if isinstance(c, ast.Call) and dotted(c.func) == fn.name]
     out = [_depends_on(own, [e for p in sorted(inner) if (e := passed_for(fn, c, p)) is not None]) for c in calls]
@@ -283,11 +291,10 @@ def _depends_on(fn: ast.AST, exprs: list[ast.expr]) -> tuple[tuple[int, str], ..
     positional = positional[1:] if positional[:1] in (["self"], ["cls"]) else positional
     params = dict.fromkeys(positional) | dict.fromkeys(a.arg for a in args.kwonlyargs)
     params |= dict.fromkeys(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+    used: set[str] = set()  # (every layer: TTS' `join(output_folder, file_name)`, `file_name` from `current_step`)
     for layer in _earlier(exprs, fn, 4, bound=True):
-        used = {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & set(params)
-        if used:
-            return tuple((positional.index(p) if p in positional else -1, p) for p in sorted(used))
-    return ()
+        used |= {n.id for e in layer for n in ast.walk(e) if isinstance(n, ast.Name)} & set(params)
+    return tuple((positional.index(p) if p in positional else -1, p) for p in sorted(used))
 
 
 def varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...] = ANY_ARG) -> bool:
@@ -304,9 +311,9 @@ def varying_args(mi: ModuleInfo, c: ast.Call, params: tuple[tuple[int, str], ...
     exprs = [a for a in exprs if not isinstance(a, ast.Dict)]  # `{"epoch": epoch + 1, ...}`: the state, not a path
     # `backup = f"synthesizer_{k:06d}.pt"` with `k = step // 1000`: two assignments back
     layers = list(_earlier(exprs, fn, 2))
-    if any(isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) for b in (v.body, v.orelse))
-           for layer in layers for v in layer):  # fmt: skip
-        return False  # `mark = epoch if opt.save_all else "last"`: by default the same file every time
+    if any(isinstance(v, ast.IfExp) and any(isinstance(b, ast.Constant) and isinstance(b.value, str) for b in (
+            v.body, v.orelse)) for layer in layers for v in layer):  # fmt: skip
+        return False  # `mark = epoch if opt.save_all else "last"` (not TTS' `scaler=... if amp else None`)
     first, *earlier = layers
     # a value set before the loop (FlowNet's `save_path = join(timestamp, ...)`) is the same at every save
     loops = [n for n in ancestors(mi, c) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]

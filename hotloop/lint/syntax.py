@@ -252,6 +252,12 @@ def reduced(e: ast.expr) -> bool:
                for n in ast.walk(e))  # fmt: skip
 
 
+def chained_read(c: ast.Call) -> bool:
+    """`x.numpy().tolist()`, `x.cpu().numpy()`: a read of what an earlier `.cpu()`/`.numpy()` brought over."""
+    recv = c.func.value if isinstance(c.func, ast.Attribute) else None
+    return isinstance(recv, ast.Call) and method_name(recv) in ("cpu", "numpy")
+
+
 def made_here(mi: Any, e: ast.expr) -> bool:
     """`delta.grad` of `delta = torch.zeros_like(X).cuda()` in this function: a perturbation of the input an attack
     builds (Bag-of-Tricks-for-AT's PGD), not a parameter whose gradient an optimizer step keeps."""
