@@ -23,7 +23,7 @@ from hotloop.lint.analysis import (
 from hotloop.lint.branches import BranchChecks, built_once, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import feeds_env
-from hotloop.lint.effects import cross_file_hits, keeps_tensors, logger_reads
+from hotloop.lint.effects import cross_file_hits, logger_reads, quiet_logger
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks, loader_class
@@ -168,7 +168,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                              and self.kind(a) != "scalar"), None)  # fmt: skip
                 if read is not None and (where := logger_reads(self.mi, c)):
                     self.add("HL001", c, f"`{raw}` reads `{_src(read)}` with `.item()` ({where}) every step")
-                elif shown is not None and not (meth == "update" and keeps_tensors(self.mi, c)):
+                elif shown is not None and not quiet_logger(self.mi, c):
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
             fmt = c.func.value if meth == "format" and isinstance(c.func, ast.Attribute) else None
             if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`

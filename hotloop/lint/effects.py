@@ -26,7 +26,7 @@ from hotloop.lint.branches import built_once
 from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.classes import guess
 from hotloop.lint.drivers import feeds_env
-from hotloop.lint.gates import TARGETS
+from hotloop.lint.gates import TARGETS, is_gate
 from hotloop.lint.imports import Project, defining, find_def, instance_target, load_module, not_a_step
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
@@ -316,6 +316,26 @@ def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     fn = find_def(helper.tree, name) if helper is not None else None
     text = ast.get_source_segment(helper.source, fn) or "" if fn is not None else ""
     return bool(text) and not HOST_READ.search(text)
+
+
+def quiet_logger(mi: ModuleInfo, c: ast.Call) -> bool:
+    """A project meter that keeps what it is given (`keeps_tensors`), or a project logger whose method writes
+    only under its own period (dc-tts' `Logger.log_step`: `if step % 1000 == 0: writer.add_image(...)`): the
+    call itself reads nothing every step."""
+    if method_name(c) == "update" and keeps_tensors(mi, c):
+        return True
+    target = Project.of(mi).callee(c)
+    if target is None:
+        return False
+    file, name = defining(*target)
+    helper = load_module(file, file.stat().st_mtime)
+    fn = find_def(helper.tree, name) if helper is not None else None
+    calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)] if fn is not None else []
+    writes = [
+        n for n in calls if HOST_READ.search(ast.unparse(n.func) + "(") or re.search(r"add_\w+|log", call_name(n))
+    ]
+    return bool(writes) and all(any(isinstance(a, ast.If) and is_gate(a.test) for a in ancestors(helper, w))
+                                for w in writes)  # fmt: skip
 
 
 def logger_reads(mi: ModuleInfo, c: ast.Call) -> str:

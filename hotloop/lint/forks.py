@@ -102,6 +102,15 @@ def compare_kind(model: Any, e: ast.Compare, info: Any) -> str | None:
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
 
 
+def moved_instance(v: ast.expr) -> bool:
+    """`PointPillars(nclasses=3).cuda()`, `Net(cfg).to(device)`: an instance of a class moved to the device, a
+    module (data is moved by its tensors, not built by a class call and moved whole)."""
+    if not (isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("cuda", "to")):
+        return False
+    made = v.func.value
+    return isinstance(made, ast.Call) and dotted(made.func).rpartition(".")[2][:1].isupper()
+
+
 def iterates_data(model: Any, it: ast.expr, loader_name: re.Pattern[str]) -> bool:
     """A loop over a loader (by its name), through `enumerate`/`zip`/`tqdm`."""
     if isinstance(it, ast.Call) and model.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):

@@ -198,7 +198,9 @@ class IndexChecks:
         if isinstance(e, ast.Compare):  # (`attention_mask.reshape(-1) > 0` indexing a tensor: a mask by its name)
             root = e.left.func.value if isinstance(e.left, ast.Call) and method_name(e.left) in RESHAPES else e.left
             named = bool(re.search(r"mask$", dotted(root))) and self.tensor(getattr(node, "value", node))  # type: ignore[union-attr]
-            return self.tensor(e) or named
+            # (or a test of a value not known to be a number indexing a tensor: PointPillars' `x[w > 0]`; with
+            # Python numbers it would be one bool, which indexes nothing anyone writes)
+            return self.tensor(e) or named or self.kind(e) is None and self.tensor(getattr(node, "value", node))
         if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`
             return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
@@ -241,15 +243,19 @@ class IndexChecks:
     def _mask_value(self, v: ast.expr, depth: int = 0) -> bool:
         """`x > 0`, `t.bool()`, `(a >= 0.5) & (b < m)`, or one of them reshaped (`(...).unsqueeze(1)`, RAFT-Stereo),
         also through a name (`pos = conf_t > 0` ... `pos_idx = pos.unsqueeze(2).expand_as(loc)`, SSD's loss)."""
+        if isinstance(v, ast.UnaryOp) and isinstance(v.op, ast.Invert):  # VICRegL's `~torch.eye(n, dtype=torch.bool)`
+            return self._mask_value(v.operand, depth)
         if isinstance(v, ast.Call) and method_name(v) in RESHAPES and isinstance(v.func, ast.Attribute):
             inner = v.func.value
             if isinstance(inner, ast.Name) and depth < 2:
                 made = assigned_values(inner.id, [*walk_local(self.mi.enclosing_function(inner))])
                 return bool(made) and all(self._mask_value(m, depth + 1) for m in made)
             return self._mask_value(inner, depth)
-        return (isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
-                or isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr))
-                and any(isinstance(s, ast.Compare) and self.tensor(s) for s in (v.left, v.right)))  # fmt: skip
+        if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`, also
+            sides = (v.left, v.right)  # of a `t` of unknown kind (PointPillars' labels): numbers would give one bool
+            return any(isinstance(s, ast.Compare) and self.tensor(s) for s in sides) or all(
+                isinstance(s, ast.Compare) and self.kind(s) is None for s in sides)  # fmt: skip
+        return isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
 
 
 MASK_KEY = re.compile(r"(^|_)(mask|done|dones)$")

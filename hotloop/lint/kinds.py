@@ -28,6 +28,7 @@ from hotloop.lint.forks import (
     entry_kind,
     iterates_data,
     lambda_param,
+    moved_instance,
     narrowed_away,
     numeric_default,
     passed_back,
@@ -264,11 +265,12 @@ class KindModel:
         return False
 
     def _module_instance(self, name: str) -> bool:
-        """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), once looked up."""
+        """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), or a project class's
+        instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
         cache = self.__dict__.setdefault("_instances", {})
         if name not in cache:
             cache[name] = any(isinstance(v, ast.Call) and ((full := self.call_name(v)).endswith("Loss") or (  # type: ignore[attr-defined]
-                full.startswith("torch.nn.") and full.split(".")[-1][:1].isupper()))
+                full.startswith("torch.nn.") and full.split(".")[-1][:1].isupper()) or moved_instance(v))
                 for v in assigned_values(name, self.nodes))  # type: ignore[attr-defined]  # fmt: skip
         return cache[name]
 

@@ -73,9 +73,10 @@ class LoaderChecks:
                 or flag and project_flag_zero(Path(self.mi.path), flag)):  # fmt: skip
             return []  # `num_workers=args.dataloader_num_workers` whose flag defaults to 0, or `num_workers = 0` above
         pin = kws.get("pin_memory")  # `pin_memory=self.pin_memory` from a flag that defaults to 0 (ReChorus): unpinned
-        pinned = (
+        pinned = (  # (`pin_memory=False` written out is not pinned either: baby-llama2)
             pin is not None
             and not (isinstance(pin, ast.Attribute) and self.mi.cli_default(pin) in (0, False))
+            and not (isinstance(pin, ast.Constant) and not pin.value)
             or len(args) > 7
         )
         missing = []

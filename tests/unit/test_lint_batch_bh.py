@@ -575,3 +575,80 @@ def test_an_agents_evaluation_action_and_its_returned_action_are_not_per_step_re
     hits = found(src)
     assert (10, "HL012") in hits and (6, "HL012") not in hits
     assert not [h for h in hits if h[1] == "HL007"]
+
+
+def test_masks_of_a_moved_models_outputs_index_with_a_data_dependent_size():
+    """`pointpillars = PointPillars(...).cuda()` is a module, so what its call returns are tensors (kinds.
+    _module_instance); `pos_idx = (labels >= 0) & (labels < n)` and `x[w > 0]` index them by a mask even where
+    `labels` and `w` come out of an unknown dict (PointPillars); `~torch.eye(n, dtype=torch.bool)` is a mask too
+    (VICRegL's `cov[..., non_diag_mask]`)."""
+    src = """
+    import torch
+
+    def train(loader, args, opt):
+        pointpillars = PointPillars(nclasses=3).cuda()
+        for data in loader:
+            pred, targets = pointpillars(data["pts"])
+            labels = targets["labels"].reshape(-1)
+            weights = targets["weights"].reshape(-1)
+            pos_idx = (labels >= 0) & (labels < args.nclasses)
+            a = pred[pos_idx]
+            b = pred[weights > 0]
+            non_diag = ~torch.eye(4, device=pred.device, dtype=torch.bool)
+            c = pred[..., non_diag]
+            (a.sum() + b.sum() + c.sum()).backward()
+            opt.step()
+    """
+    hits = [h for h in found(src) if h[1] == "HL006"]
+    assert hits == [(11, "HL006"), (12, "HL006"), (14, "HL006")]
+
+
+def test_pin_memory_false_written_out_is_not_pinned():
+    """`DataLoader(ds, num_workers=4, pin_memory=False)` in CUDA code (baby-llama2): the keyword is there, but it
+    says unpinned (loaders.loader_missing)."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main(model, ds, opt):
+        loader = DataLoader(ds, batch_size=8, num_workers=4, pin_memory=False, persistent_workers=True)
+        for epoch in range(10):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                opt.step()
+    """
+    assert (6, "HL011") in found(src)
+
+
+def test_a_project_logger_that_writes_only_under_its_own_period(tmp_path: Path):
+    """`logger.log_step(phase, step, losses, {"mags": Z[:1]})` whose `log_step` writes only under `if step % 1000
+    == 0:` (dc-tts): the call formats nothing every step (effects.quiet_logger); a logger writing every call
+    is still HL002."""
+    files = {
+        "logger.py": """
+        class Logger:
+            def log_step(self, step, image_dict):
+                if step % 1000 == 0:
+                    for key in sorted(image_dict):
+                        self.writer.add_image(key, image_dict[key], step)
+
+            def log_now(self, step, image_dict):
+                for key in sorted(image_dict):
+                    self.writer.add_image(key, image_dict[key], step)
+        """,
+    }
+    script = """
+    import torch
+    from logger import Logger
+
+    def train(model, loader, opt):
+        logger = Logger()
+        for step, x in enumerate(loader):
+            Z = model(x.cuda(non_blocking=True))
+            Z.sum().backward()
+            opt.step()
+            logger.log_step(step, {"mags": Z[:1]})
+            logger.log_now(step, {"mags": Z[:1]})
+    """
+    hits = [h for h in lint_project(tmp_path, files, script) if h[1] == "HL002"]
+    assert hits == [(12, "HL002")]
