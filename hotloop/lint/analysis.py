@@ -337,11 +337,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         # An agent's per-environment-step methods, which a script or notebook elsewhere calls every step (Udacity's
         # `Agent.act(state)`, and `Agent.step(...)` sampling the replay buffer for `learn`): in a class whose update
         # is hot, called by nothing in this file.
-        for cls in {self.parent.get(f) for f in self.hot_functions} - {None}:
-            names = {f.name for f in getattr(cls, "body", []) if isinstance(f, FUNCS)}
-            for fn in getattr(cls, "body", []) if isinstance(cls, ast.ClassDef) else []:
-                # (beside a `sample_action`, CURL's `select_action` is the evaluation's deterministic one)
-                evaluation = fn.name == "select_action" and "sample_action" in names if isinstance(fn, FUNCS) else True
+        for cls in {self.parent.get(f) for f in self.hot_functions}:
+            methods = [f for f in cls.body if isinstance(f, FUNCS)] if isinstance(cls, ast.ClassDef) else []
+            for fn in methods:  # (beside a `sample_action`, CURL's `select_action` is the evaluation's one)
+                evaluation = fn.name == "select_action" and any(m.name == "sample_action" for m in methods)
                 if not evaluation and AGENT_STEP.match(fn.name) and not self.calls_to.get(fn.name):
                     self.hot_functions.add(fn)
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.

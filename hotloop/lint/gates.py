@@ -159,8 +159,8 @@ class GateModel:
 
     def is_update_gate(self, node: ast.If) -> bool:
         """`if (i + 1) % accum == 0: optimizer.step()` (or `if self.t_step == 0: self.learn(...)`): runs every
-        optimizer update, not at a boundary. A test
-        naming a log/eval boundary (`not is_accumulating and step % eval.interval == 0`) is a boundary."""
+        optimizer update, not at a boundary. A test naming a log/eval boundary (`not is_accumulating and step %
+        eval.interval == 0`) is a boundary."""
         steps = getattr(self, "step_functions", set())  # (or a same-file step: Udacity's `self.learn(...)`)
         if any(is_optimizer_step(n) or method_name(n) == "zero_grad" or self.local_target(n) in steps  # type: ignore[attr-defined]
                for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call)):  # fmt: skip

@@ -355,12 +355,12 @@ class KindModel:
                 return "scalar"  # `{k: v.item() for ...}` holds numbers
             if any(self._tensor_values(g.iter, info) for g in e.generators):
                 return "tensor"
-        if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):  # DropEdge's `return (loss.item(), t)`: numbers
+        if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):  # DropEdge's `return (loss.item(), t)`: numbers;
+            # a dict of tensors is used like a criterion's loss dict (SAM-HQ); one of zeros is filled later (ScanRefer)
             kinds = {self.kind(x, info) for x in (e.values if isinstance(e, ast.Dict) else e.elts)}
-            if kinds == {"tensor"} and isinstance(e, ast.Dict):  # `{"loss_mask": loss_mask, ...}` (SAM-HQ): like
-                return "tensor"  # a criterion's loss dict, indexed and reduced like a tensor
-            return "scalar" if kinds == {"scalar"} and not isinstance(e, ast.Dict) else None  # (`{"loss": 0}` is
-            # filled with tensors later: ScanRefer's `_running_log`)
+            if kinds == {"tensor"} and isinstance(e, ast.Dict):
+                return "tensor"
+            return "scalar" if kinds == {"scalar"} and not isinstance(e, ast.Dict) else None
         if isinstance(e, ast.Name):
             if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
                 return "scalar"

@@ -171,13 +171,8 @@ class HostProvenance:
         place (`data[k] = ...`) or hands to a mover (`to_device(data)`), while it does move something to the
         device (`data["x"].cuda()` is a copy: `data` stays): the loader yields host tensors (not one prepared by
         Accelerate/Fabric, nor a dataset kept on the GPU, where nothing is moved)."""
-        if not self.mi._iterates_data(loop.iter) or re.search(r"\.prepare\(|setup_dataloaders|prefetch", self.mi.source,
-                                                                re.I):  # fmt: skip
+        if not self.mi._iterates_data(loop.iter) or self._loaders_move():
             return False
-        if any(isinstance(f, ast.FunctionDef) and f.name in ("__iter__", "__next__") and any(isinstance(
-                c, ast.Call) and isinstance(c.func, ast.Attribute) and moves_to_device(c) for c in ast.walk(f))
-               for f in self.mi.nodes):  # fmt: skip
-            return False  # the file's own loader moves what it yields (Bag-of-Tricks-for-AT's `Batches.__iter__`)
         calls = [c for c in walk_local(fn) if isinstance(c, ast.Call)]
         moves = any(isinstance(c.func, ast.Attribute) and moves_to_device(c) for c in calls)
         handed = any(MOVER_FN.search(dotted(c.func).rpartition(".")[2]) and any(
@@ -186,6 +181,17 @@ class HostProvenance:
                                                         and dotted(t.value) == name for t in a.targets)
                       for a in walk_local(fn))  # fmt: skip
         return moves and not handed and not changed
+
+    def _loaders_move(self) -> bool:
+        """The module's batches may come on the device: prepared by Accelerate/Fabric, prefetched, or yielded by
+        the file's own `__iter__`/`__next__` after a move (Bag-of-Tricks-for-AT's `Batches`). Looked up once."""
+        if "_loaders_move_memo" not in self.__dict__:
+            self.__dict__["_loaders_move_memo"] = bool(
+                re.search(r"\.prepare\(|setup_dataloaders|prefetch", self.mi.source, re.I)) or any(
+                isinstance(f, ast.FunctionDef) and f.name in ("__iter__", "__next__") and any(
+                    isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and moves_to_device(c)
+                    for c in ast.walk(f)) for f in self.mi.nodes)  # fmt: skip
+        return self.__dict__["_loaders_move_memo"]
 
     def _moved_later(self, e: ast.Name, fn: ast.AST) -> bool:
         """`e` is read before the line where the function moves that very name to the device (`labels =
