@@ -308,14 +308,18 @@ def keeps_tensors(mi: ModuleInfo, c: ast.Call) -> bool:
     if local:  # the meter class is in this file
         texts = [ast.get_source_segment(mi.source, fn) or "" for fn in local]
         return all(t and not HOST_READ.search(t) for t in texts)
-    target = Project.of(mi).callee(c)
+    _, helper, fn = _helper_def(Project.of(mi).callee(c))
+    text = ast.get_source_segment(helper.source, fn) or "" if helper is not None and fn is not None else ""
+    return bool(text) and not HOST_READ.search(text)
+
+
+def _helper_def(target: tuple[Path, str] | None) -> tuple[Path | None, ModuleInfo | None, ast.AST | None]:
+    """The file, module and definition that a call resolved into another project file runs (through re-exports)."""
     if target is None:
-        return False
+        return None, None, None
     file, name = defining(*target)
     helper = load_module(file, file.stat().st_mtime)
-    fn = find_def(helper.tree, name) if helper is not None else None
-    text = ast.get_source_segment(helper.source, fn) or "" if fn is not None else ""
-    return bool(text) and not HOST_READ.search(text)
+    return file, helper, find_def(helper.tree, name) if helper is not None else None
 
 
 def quiet_logger(mi: ModuleInfo, c: ast.Call) -> bool:
@@ -324,12 +328,7 @@ def quiet_logger(mi: ModuleInfo, c: ast.Call) -> bool:
     call itself reads nothing every step."""
     if method_name(c) == "update" and keeps_tensors(mi, c):
         return True
-    target = Project.of(mi).callee(c)
-    if target is None:
-        return False
-    file, name = defining(*target)
-    helper = load_module(file, file.stat().st_mtime)
-    fn = find_def(helper.tree, name) if helper is not None else None
+    _, helper, fn = _helper_def(Project.of(mi).callee(c))
     calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)] if fn is not None else []
     writes = [
         n for n in calls if HOST_READ.search(ast.unparse(n.func) + "(") or re.search(r"add_\w+|log", call_name(n))
@@ -346,14 +345,10 @@ def logger_reads(mi: ModuleInfo, c: ast.Call) -> str:
     target = project.callee(c)
     if target is None and isinstance(c.func, ast.Attribute) and project.file is not None:
         target = guess(project.file, project._root(), dotted(c.func.value), c.func.attr, common=True)
-    if target is None:
-        return ""
-    file, name = defining(*target)
-    helper = load_module(file, file.stat().st_mtime)
-    fn = find_def(helper.tree, name) if helper is not None else None
+    file, _, fn = _helper_def(target)
     read = next((n for n in walk_local(fn) if isinstance(n, ast.Call) and (method_name(n) == "item" or call_name(n)
                  == "float" and n.args) or data0(n)), None) if fn is not None else None  # fmt: skip
-    return f"{relative(project, file)}:{read.lineno}" if read is not None else ""
+    return f"{relative(project, file)}:{read.lineno}" if read is not None and file is not None else ""
 
 
 def saves_in(file: Path, name: str) -> list[tuple[int, str, tuple[tuple[int, str], ...]]]:
