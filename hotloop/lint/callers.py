@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, dotted
 from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
+from hotloop.lint.syntax import parse_source
 
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
 ANALYSED: dict[str, ModuleInfo | None] = {}  # resolved file -> its analysis, made once per run (lint reuses it)
@@ -68,7 +69,7 @@ def parse(source: str, path: str) -> ModuleInfo:
     invalid escapes in old research code, are not the user's concern here)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        return ModuleInfo(ast.parse(source, filename=path), source, path)
+        return ModuleInfo(*parse_source(source, path), path)
 
 
 def mark_remote(mi: ModuleInfo) -> bool:

@@ -25,6 +25,7 @@ from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import feeds_env
 from hotloop.lint.effects import cross_file_hits, logger_reads, quiet_logger
 from hotloop.lint.evals import eval_hits
+from hotloop.lint.forks import DEVICE_TEST, made_module
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks, loader_class
 from hotloop.lint.provenance import HostProvenance, moves_to_device
@@ -43,7 +44,6 @@ LOG_FUNCS = re.compile(
     r"|([\w.]*\.)?_?\w*(meter|writer|tracker|run|wandb|logger)\.(update|log|log_dict|add_scalar|add_scalars)"
     r"|\w*\.set_(description|postfix))$"
 )
-
 
 # `np.isnan(grad_norm)`: NumPy converts the tensor on the host (on CUDA it raises: the value must come back first)
 NUMPY_TESTS = {f"{m}.{f}" for m in ("np", "numpy") for f in ("isnan", "isinf", "isfinite", "isclose", "allclose")}
@@ -287,8 +287,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
     def transfer(self, c: ast.Call, per_sample: bool = False) -> None:
         recv = c.func.value  # type: ignore[attr-defined]
         rname = dotted(recv)
-        if rname and MODEL_NAME.search(rname.split(".")[-1]):
-            return
+        if rname and MODEL_NAME.search(rname.split(".")[-1]) or made_module(self.mi, recv):
+            return  # a model, or `nn.MSELoss(reduction="mean").cuda()` in a per-step helper: no data copied
         if c.func.attr == "to":  # type: ignore[attr-defined]
             if not moves_to_device(c):
                 return  # `.to(torch.float16)`, `.to(weight_dtype)`: a cast
@@ -335,7 +335,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         child, n = c, self.mi.parent.get(c)
         while n is not None and n is not fn:
             if (isinstance(n, ast.If) and child is not n.test and not self.mi.is_update_gate(n)
-                    and not re.search(r"device|cuda|mps|is_available|distributed", ast.unparse(n.test))):  # fmt: skip
+                    and not DEVICE_TEST.search(ast.unparse(n.test))):  # fmt: skip
                 return True  # behind a flag the user opts into (a device or distributed check is no opt-in)
             if isinstance(n, (ast.For, ast.While)) and n in self.mi.hot_loops:
                 break

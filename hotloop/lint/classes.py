@@ -27,6 +27,8 @@ import os
 import re
 from pathlib import Path
 
+from hotloop.lint.syntax import parse_source
+
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg", "requirements.txt", "README.md", "README.rst",
                 "README", "LICENSE")  # fmt: skip
 SKIP_DIRS = {"test", "tests", "docs", "doc", "build", "dist", "node_modules", "site-packages", "venv", "__pycache__"}
@@ -132,7 +134,7 @@ def _files(root: Path) -> list[tuple[Path, str]]:
 def _tree(file: Path, text: str) -> ast.Module | None:
     if file not in _TREES:
         try:
-            _TREES[file] = ast.parse(text)
+            _TREES[file] = parse_source(text)[0]
         except (SyntaxError, ValueError):
             _TREES[file] = None
     return _TREES[file]

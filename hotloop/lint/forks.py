@@ -111,6 +111,17 @@ def moved_instance(v: ast.expr) -> bool:
     return isinstance(made, ast.Call) and dotted(made.func).rpartition(".")[2][:1].isupper()
 
 
+def made_module(mi: Any, recv: ast.expr) -> bool:
+    """`nn.MSELoss(reduction="mean")`, `torch.nn.Softmax(dim=1)`, a project's `FocalLoss()`: a module made in place
+    (moving it copies no batch)."""
+    return isinstance(recv, ast.Call) and bool(re.match(r"torch\.nn\.[A-Z]|.*Loss$", mi.call_name(recv)))
+
+
+# A test of the device (`if args.cuda:`, `if n_gpus:`, `if torch.cuda.is_available():`) or of a distributed run
+# chooses where the code runs, not whether the user opted into what it guards.
+DEVICE_TEST = re.compile(r"device|cuda|gpu|mps|is_available|distributed", re.I)
+
+
 def iterates_data(model: Any, it: ast.expr, loader_name: re.Pattern[str]) -> bool:
     """A loop over a loader (by its name), through `enumerate`/`zip`/`tqdm`."""
     if isinstance(it, ast.Call) and model.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):
@@ -219,6 +230,25 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
 RECORD = re.compile(r"(^|_)(dict|info|infos|stats|metrics|summary|logs?)$", re.I)
 
 
+def _tuple_returns(model: Any, fn: ast.AST, depth: int = 2) -> list[tuple[ast.Tuple, ast.AST]] | None:
+    """The tuples `fn` returns, each with the function that builds it, or None when one return is not a tuple;
+    `return _batch_loss(...)` of a same-file helper is looked through (3DUnetCNN's `batch_loss`)."""
+    out = []
+    for n in model.walk_local(fn):
+        if not isinstance(n, ast.Return):
+            continue
+        v = n.value
+        if isinstance(v, ast.Tuple):
+            out.append((v, fn))
+            continue
+        inner = model.functions.get(dotted(v.func).split(".")[-1]) if isinstance(v, ast.Call) else None
+        sub = _tuple_returns(model, inner[-1], depth - 1) if inner and depth and inner[-1] is not fn else None
+        if sub is None:
+            return None
+        out += sub
+    return out
+
+
 def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) -> dict[str, str | None]:
     """`a, b = step(x)` or `(a, b), ms = timer(step)` with a same-file `step` that returns a tuple: each
     name takes the kind of its position (`return float(loss), grads` gives a number, then a tensor)."""
@@ -235,13 +265,13 @@ def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) ->
     nested = [e for e in target.elts if isinstance(e, ast.Tuple)]
     for ref, subs in [(value.func, [target])] + [(a, nested) for a in value.args]:
         fns = model.functions.get(dotted(ref).split(".")[-1]) if isinstance(ref, (ast.Name, ast.Attribute)) else None
-        rets = [n.value for n in model.walk_local(fns[-1]) if isinstance(n, ast.Return)] if fns else []  # type: ignore[attr-defined]
-        if not rets or not all(isinstance(r, ast.Tuple) and len(r.elts) == len(rets[0].elts) for r in rets):
+        rets = _tuple_returns(model, fns[-1]) if fns else None
+        if not rets or not all(len(r.elts) == len(rets[0][0].elts) for r, _ in rets):
             continue
-        callee = model.info_of(fns[-1])  # type: ignore[index]
+        callee = model.info_of(rets[0][1])
         for sub in subs:
-            if len(sub.elts) == len(rets[0].elts):  # type: ignore[union-attr]
-                for t, v in zip(sub.elts, rets[0].elts, strict=True):  # type: ignore[union-attr]
+            if len(sub.elts) == len(rets[0][0].elts):
+                for t, v in zip(sub.elts, rets[0][0].elts, strict=True):
                     if isinstance(t, ast.Name):
                         out[t.id] = model.kind(v, callee)
     if not out and hasattr(model, "remote_positions"):  # a helper in another file: only the numbers it returns

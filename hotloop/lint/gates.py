@@ -58,7 +58,14 @@ EVAL_PHASE = re.compile(r"(val|valid|validation|eval|evaluation|test|testing|dev
 
 def _phase_branch(test: ast.expr) -> bool | None:
     """Which side of `if split == 'valid':` / `if phase != 'train':` only evaluation takes (a loop running train
-    and then valid passes, Sentence-VAE's): True for the body, False for the `else`; None for any other test."""
+    and then valid passes, Sentence-VAE's): True for the body, False for the `else`; None for any other test.
+    A flag named for the phase (`if train: ... else:` in pytorch-vqa's `run(..., train=False)`, `if not is_eval:`)
+    says the same."""
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    flag = dotted(test.operand if negated else test).rpartition(".")[2].lower()  # type: ignore[attr-defined]
+    if flag and (phase := re.fullmatch(r"(is_|do_|in_)?(train|training|(val|valid|validation|eval|evaluation|test|"
+                                       r"testing|validate|evaluate))", flag)):  # fmt: skip
+        return bool(phase.group(3)) != negated
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
         return None
     const = next((x.value for x in (test.left, *test.comparators) if isinstance(x, ast.Constant)), None)

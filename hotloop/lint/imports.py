@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
 from hotloop.lint.classes import guess, project_root, unique_module
-from hotloop.lint.syntax import dotted, method_of
+from hotloop.lint.syntax import dotted, method_of, parse_source
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -358,7 +358,7 @@ def load_module(file: Path, mtime: float) -> ModuleInfo | None:
     if key not in _MODULES:
         try:
             source = file.read_text(encoding="utf-8-sig")
-            _MODULES[key] = ModuleInfo(ast.parse(source), source, str(file))
+            _MODULES[key] = ModuleInfo(*parse_source(source, str(file)), str(file))
         except (OSError, SyntaxError, ValueError):
             _MODULES[key] = None
     return _MODULES[key]

@@ -256,6 +256,10 @@ class LoaderChecks:
             given = isinstance(call, ast.Call) and (u in call.args or any(k.value is u for k in call.keywords))
             if given and depth < 2 and self._iterated_by_callee(call, u, depth):  # type: ignore[arg-type]
                 return True  # `voc_train_loop(..., train_set, ...)`, a same-file function looping epochs over it
+            if given and (cls := self.mi.classes.get(dotted(call.func))) is not None:  # type: ignore[union-attr]
+                if self._kept_reiterated(cls, call, u):  # type: ignore[arg-type]
+                    return True  # `BertForNer(args, train_loader, dev_loader, test_loader)`: what its methods do
+                continue
             if given and not loops_only and not self.mi.targets_of(call):  # type: ignore[arg-type]
                 name = self.mi.call_name(call)
                 last = name.rpartition(".")[2]
@@ -263,6 +267,38 @@ class LoaderChecks:
                         ONE_PASS.search(last)):  # fmt: skip
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         return False  # never iterated where we can see it: no evidence of several epochs
+
+    def _kept_reiterated(self, cls: ast.ClassDef, call: ast.Call, u: ast.expr) -> bool:
+        """A loader handed to a same-file class's constructor, which keeps it as `self.<attr>`: re-iterated when a
+        method loops over it inside a loop, or loops over it once and is called in a loop (a `dev()` run every
+        epoch); a `test()` run once after training reads it once. Kept any other way: assume several epochs."""
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        params = [a.arg for a in init.args.args[1:]] if init is not None else []
+        name = next((k.arg for k in call.keywords if k.value is u), None)
+        if name is None and u in call.args and call.args.index(u) < len(params):
+            name = params[call.args.index(u)]
+        kept = [dotted(t) for n in walk_local(init) if isinstance(n, ast.Assign) and dotted(n.value) == name
+                for t in n.targets] if init is not None and name else []  # fmt: skip
+        if len(kept) != 1 or not kept[0].startswith("self."):
+            return True
+        once = set()
+        for m in (f for f in cls.body if isinstance(f, ast.FunctionDef) and f is not init):
+            for v in walk_local(m):
+                if not (isinstance(v, ast.Attribute) and dotted(v) == kept[0] and isinstance(v.ctx, ast.Load)):
+                    continue
+                outer = self.mi.parent.get(v)
+                while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
+                    outer = self.mi.parent.get(outer)
+                if not (isinstance(outer, (ast.For, ast.AsyncFor)) and v in ast.walk(outer.iter)):
+                    if not (isinstance(outer, ast.Call) and self.mi.call_name(outer) == "len"):
+                        return True  # handed on (to a trainer, an evaluator): unknown
+                elif self.mi.enclosing_loop(outer) is not None and self.mi.enclosing_function(
+                        self.mi.enclosing_loop(outer)) is m:  # fmt: skip
+                    return True
+                else:
+                    once.add(m.name)
+        return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in once
+                   and self.mi.enclosing_loop(c) is not None for c in self.mi.nodes)  # fmt: skip
 
 
 def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInfo) -> bool:

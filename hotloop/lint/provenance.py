@@ -103,6 +103,13 @@ class HostProvenance:
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
             if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
+            for n in self.mi.enclosing_loops(e):  # `for a in acc: a.item()` in a step where `a` was a device batch
+                if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
+                    stores = [x for x in walk_local(n) if isinstance(x, (ast.Assign, ast.AugAssign))]
+                    if not any(e.id in target_names(t) for x in stores
+                               for t in (x.targets if isinstance(x, ast.Assign) else [x.target])):  # fmt: skip
+                        return self._unmoved_batch(e.id, n, fn) or self._host(source, depth + 1)
+                    break
             values = []
             loops = set(self.mi.enclosing_loops(e))
             for n in walk_local(fn):

@@ -10,6 +10,27 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+# PyTorch before 0.4 spelled a non-blocking copy `.cuda(async=True)`; `async` became a keyword in Python 3.7, so
+# such a file no longer parses. Read as `non_blocking=True` (what PyTorch renamed it to), the file's lines stay
+# where they are and the rest of it is linted, instead of one HL000 hiding every finding (CBAM, TSN).
+_ASYNC_KW = re.compile(r"(?<=[(,\s])async(?=\s*=[^=])")
+
+
+def parse_source(source: str, filename: str = "<unknown>") -> tuple[ast.Module, str]:
+    """The module's tree and the source it was read from; raises SyntaxError/ValueError as `ast.parse`
+    does, for the source as written, when it does not parse even with `async=` read as `non_blocking=`."""
+    try:
+        return ast.parse(source, filename=filename), source
+    except SyntaxError:
+        fixed = _ASYNC_KW.sub("non_blocking", source)
+        if fixed == source:
+            raise
+        try:
+            return ast.parse(fixed, filename=filename), fixed
+        except SyntaxError:
+            pass
+        raise
+
 
 def dotted(node: ast.AST) -> str:
     """`torch.nn.functional.relu` for an Attribute/Name chain, else ''."""

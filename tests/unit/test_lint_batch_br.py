@@ -1,0 +1,214 @@
+"""Patterns found while scoring held-out batches BR and BS (session 16), in our own words. Each test fails without
+the change it names."""
+
+from __future__ import annotations
+
+import textwrap
+
+from hotloop.lint import lint_source
+
+
+def found(src: str) -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src))]
+
+
+def test_pre_0_4_async_copies_parse_and_the_rest_of_the_file_is_linted():
+    """`.cuda(async=True)` (PyTorch before 0.4) no longer parses on Python 3.7+: read as `non_blocking=True`
+    (syntax.parse_source), the file is linted instead of reporting one HL000 that hides every finding."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        for x, y in loader:
+            x = x.cuda(async=True)
+            y = y.cuda(async=True)
+            loss = model(x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            print(loss.item())
+    """
+    hits = found(src)
+    assert not any(code == "HL000" for _, code in hits)
+    assert (12, "HL001") in hits
+    assert not any(code == "HL012" for _, code in hits)  # the copies were non-blocking
+    assert [code for _, code in found("def f(:\n    pass\n")] == ["HL000"]  # a real syntax error still is one
+
+
+def test_a_gpu_count_check_is_no_opt_in_flag_for_empty_cache():
+    """`if n_gpus: torch.cuda.empty_cache()` every step (3DUnetCNN): the test asks whether a GPU is used, not
+    whether the user opted into the call, so HL020 stands."""
+    src = """
+    import torch
+
+    def epoch(model, loader, opt, n_gpus):
+        for x, y in loader:
+            if n_gpus:
+                torch.cuda.empty_cache()
+            loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+    assert (7, "HL020") in found(src)
+
+
+def test_unpacking_a_helper_that_returns_another_helpers_tuple():
+    """`loss, batch_size = batch_loss(...)` where `batch_loss` returns `_batch_loss(...)`, which returns
+    `loss, images.size(0)`: the batch size is a number (forks._tuple_returns looks through the forwarding
+    return), so testing it is no tensor read; the loss stays a tensor."""
+    src = """
+    import torch
+
+    def _batch_loss(model, images, target, criterion):
+        output = model(images)
+        batch_size = images.size(0)
+        loss = criterion(output, target)
+        return loss, batch_size
+
+    def batch_loss(model, images, target, criterion):
+        images = images.cuda(non_blocking=True)
+        return _batch_loss(model, images, target, criterion)
+
+    def epoch(model, loader, criterion, opt, limit):
+        for i, (images, target) in enumerate(loader):
+            loss, batch_size = batch_loss(model, images, target, criterion)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if (i + 1) * batch_size >= limit:
+                break
+            if loss > 10:
+                print("high")
+    """
+    hits = found(src)
+    assert (20, "HL005") not in hits
+    assert (22, "HL005") in hits
+
+
+def test_moving_a_loss_module_made_in_a_step_helper_copies_no_data():
+    """`criterion = nn.MSELoss(reduction="mean").cuda()` in a helper called every step (tensorboy's OpenPose):
+    a module without parameters, no batch copied, so no HL012; a host tensor moved there still is one."""
+    src = """
+    import torch
+    from torch import nn
+
+    def get_loss(pred, target):
+        criterion = nn.MSELoss(reduction="mean").cuda()
+        weight = torch.ones(3).cuda()
+        return criterion(pred * weight, target)
+
+    def train(model, loader, opt):
+        for x, y in loader:
+            loss = get_loss(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+    hits = found(src)
+    assert (6, "HL012") not in hits
+    assert (7, "HL012") in hits
+
+
+def test_a_loader_kept_by_a_trainer_class_and_read_once_by_its_test_method():
+    """`Trainer(args, train_loader, dev_loader, test_loader)`: the class keeps each as `self.<name>`; `train()`
+    loops epochs over the first, calls `dev()` (reading the second) every epoch, and `test()` reads the third
+    once after training (loaders._kept_reiterated). Only the first two need persistent workers."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    class Trainer:
+        def __init__(self, args, train_loader, dev_loader, test_loader):
+            self.train_loader = train_loader
+            self.dev_loader = dev_loader
+            self.test_loader = test_loader
+
+        def train(self, model, opt):
+            for epoch in range(10):
+                for x in self.train_loader:
+                    loss = model(x.cuda(non_blocking=True))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                self.dev(model)
+
+        def dev(self, model):
+            with torch.no_grad():
+                for x in self.dev_loader:
+                    model(x.cuda(non_blocking=True))
+
+        def test(self, model):
+            with torch.no_grad():
+                for x in self.test_loader:
+                    model(x.cuda(non_blocking=True))
+
+    def main(args, ds, model, opt):
+        train_loader = DataLoader(ds, batch_size=8, num_workers=2, pin_memory=True)
+        dev_loader = DataLoader(ds, batch_size=8, num_workers=2, pin_memory=True)
+        test_loader = DataLoader(ds, batch_size=8, num_workers=2, pin_memory=True)
+        t = Trainer(args, train_loader, dev_loader, test_loader)
+        t.train(model, opt)
+        t.test(model)
+    """
+    hits = found(src)
+    assert (31, "HL011") in hits
+    assert (32, "HL011") in hits
+    assert (33, "HL011") not in hits
+
+
+def test_a_loop_variable_takes_the_kind_of_what_it_iterates():
+    """`for a in acc: tracker.append(a.item())` with `acc = (...).cpu()`, in a step where `a` was a device batch
+    before (pytorch-vqa): inside the loop `a` is an element of the host tensor, so reading it is no sync
+    (provenance: the innermost loop binding the name, which nothing in it reassigns, decides)."""
+    src = """
+    import torch
+
+    def train(net, loader, opt, tracker):
+        for v, a in loader:
+            v = v.cuda(non_blocking=True)
+            a = a.cuda(non_blocking=True)
+            out = net(v)
+            loss = (out * a).sum()
+            acc = (out.argmax(1) == a).float().cpu()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            for a in acc:
+                tracker.append(a.item())
+            for o in out:
+                tracker.append(o.item())
+    """
+    hits = found(src)
+    assert (15, "HL001") not in hits
+    assert (17, "HL001") in hits
+
+
+def test_the_else_of_a_train_flag_is_the_evaluation_side():
+    """`def run(net, loader, train=False)` called for both phases: under `if train: ... else:` the `else` runs only
+    when evaluating (gates._phase_branch reads a flag named for the phase as it reads `split == 'val'`)."""
+    src = """
+    import torch
+
+    def run(net, loader, opt, train=False):
+        answers = []
+        for v, a in loader:
+            out = net(v.cuda(non_blocking=True))
+            loss = (out * a.cuda(non_blocking=True)).sum()
+            if train:
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                print(loss.item())
+            else:
+                answers.append(out.data.cpu())
+
+    def main(net, tl, vl, opt):
+        for epoch in range(10):
+            run(net, tl, opt, train=True)
+            with torch.no_grad():
+                run(net, vl, opt, train=False)
+    """
+    hits = found(src)
+    assert (13, "HL001") in hits
+    assert (15, "HL007") not in hits
