@@ -25,7 +25,7 @@ import ast
 import re
 from typing import Any
 
-from hotloop.lint.syntax import assignment_before, dotted, param_defaults, target_names
+from hotloop.lint.syntax import assigned_values, assignment_before, dotted, param_defaults, target_names, walk_local
 
 SCALAR_BUILTINS = {"len", "int", "float", "bool", "str", "list", "tuple", "dict", "set", "sorted", "repr", "id", "type"}
 
@@ -115,6 +115,20 @@ def made_module(mi: Any, recv: ast.expr) -> bool:
     """`nn.MSELoss(reduction="mean")`, `torch.nn.Softmax(dim=1)`, a project's `FocalLoss()`: a module made in place
     (moving it copies no batch)."""
     return isinstance(recv, ast.Call) and bool(re.match(r"torch\.nn\.[A-Z]|.*Loss$", mi.call_name(recv)))
+
+
+def summed_loss(mi: Any, target: ast.expr, fn: ast.AST) -> bool:
+    """`loss = loss_fn(pred, y)` with `loss_fn = nn.BCELoss(reduction="sum")` (MCAN), or `F.mse_loss(..., reduction=
+    "sum")`: a sum over the samples, which backward over the sub-batches keeps a sum over the whole batch: nothing
+    to divide by the accumulation steps."""
+    name = dotted(target)
+    values = [*assigned_values(name, walk_local(fn)), target] if name else [target]
+    calls = [v for v in values if isinstance(v, ast.Call)]
+    makers = [m for c in calls if dotted(c.func) for m in assigned_values(dotted(c.func), mi.nodes)]
+    return any(isinstance(c, ast.Call) and any(
+        k.arg == "reduction" and isinstance(k.value, ast.Constant) and k.value.value == "sum"
+        or k.arg == "size_average" and isinstance(k.value, ast.Constant) and k.value.value is False
+        for k in c.keywords) for v in calls + makers for c in ast.walk(v))  # fmt: skip
 
 
 # A test of the device (`if args.cuda:`, `if n_gpus:`, `if torch.cuda.is_available():`) or of a distributed run

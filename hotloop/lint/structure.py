@@ -22,6 +22,7 @@ from hotloop.lint.analysis import (
     target_names,
     walk_local,
 )
+from hotloop.lint.forks import summed_loss
 from hotloop.lint.syntax import block_of
 
 
@@ -350,7 +351,7 @@ class StructureChecks:
                     target = n.args[0]  # accelerator.backward(loss), fabric.backward(loss)
                 if isinstance(target, ast.Call) and method_name(target) == "scale" and target.args:
                     target = target.args[0]
-                if not self._divided(target, fn):
+                if not self._divided(target, fn) and not summed_loss(self.mi, target, fn):
                     self.add("HL016", n, f"`{src(target)}` is accumulated without dividing by the accumulation steps")
 
     def _returns_divided(self, call: ast.Call, at: int | None) -> bool:

@@ -6,7 +6,9 @@ fix is to add a number (`batch_loss.item()`, read at a log boundary) or a detach
 Only a name the loop calls `.backward()` on (or a loss term unpacked beside one) counts, and only while it still holds
 that tensor: a last assignment that detaches it (`loss_batch = loss_batch.detach().cpu()`, facenet-pytorch) or makes
 it a number (`loss = loss.item()`, dc-tts) keeps no graph. A total reset inside a hot loop around the addition
-(Multimodal-Transformer's per-chunk sum, zeroed every batch) lives for one step only and is not reported.
+(Multimodal-Transformer's per-chunk sum, zeroed every batch) lives for one step only and is not reported. A smoothed
+total re-assigned a sum it is a term of (`smooth = smooth * 0.99 + loss * 0.01`, sh0416's BPR) chains the graphs the
+same way.
 """
 
 from __future__ import annotations
@@ -31,16 +33,39 @@ def running_totals(
     stepped = {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
                and isinstance(c.func, ast.Attribute)}  # fmt: skip
     outer = [x for x in [loop, *mi.enclosing_loops(loop)] if x in mi.hot_loops]
-    reset = {t for x in outer for n in walk_local(x) if isinstance(n, ast.Assign) for y in n.targets
-             for t in target_names(y)}  # fmt: skip
+    reset = {t for x in outer for n in walk_local(x) if isinstance(n, ast.Assign) and not _smoothed(n)
+             for y in n.targets for t in target_names(y)}  # fmt: skip
     for n in body:  # the loss terms returned beside it: `batch_loss, batch_mf_loss = model.create_bpr_loss(...)`
         if isinstance(n, ast.Assign) and (names := {t for x in n.targets for t in target_names(x)}) & stepped:
             stepped |= {x for x in names if "loss" in x}
     for n in body:
-        if (isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name)
-                and isinstance(n.value, ast.Name) and n.value.id in stepped and n.target.id not in stepped
-                and n.target.id not in reset and not under_no_grad(mi.parent, n)
-                and mi.kind(n.value, mi.function_info(n)) == "tensor"
-                and not DETACHES.search(ast.unparse(value_before(n.value.id, n) or ast.Constant(None)))):  # fmt: skip
-            yield n, (f"`{src(n)}` keeps every step's autograd graph in a running total: add `{n.value.id}.item()` "
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.value, ast.Name):
+            added, total = n.value, n.target
+        elif _smoothed(n):  # `smooth_loss = smooth_loss * 0.99 + loss * 0.01` (sh0416's BPR): a running total too
+            added = next((x for x in _terms(n.value) if isinstance(x, ast.Name) and x.id in stepped), None)
+            total = n.targets[0]  # type: ignore[attr-defined]
+        else:
+            continue
+        if (added is not None and isinstance(total, ast.Name) and added.id in stepped and total.id not in stepped
+                and total.id not in reset and not under_no_grad(mi.parent, n)
+                and mi.kind(added, mi.function_info(n)) == "tensor"
+                and not DETACHES.search(ast.unparse(value_before(added.id, n) or ast.Constant(None)))):  # fmt: skip
+            yield n, (f"`{src(n)}` keeps every step's autograd graph in a running total: add `{added.id}.item()` "
                       "(or `.detach()`)")  # fmt: skip
+
+
+def _smoothed(n: ast.AST) -> bool:
+    """`total = total * decay + x * (1 - decay)` or `total = total + x`: a name re-assigned a sum it is a term of."""
+    if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)):
+        return False
+    return isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add) and any(
+        isinstance(x, ast.Name) and x.id == n.targets[0].id for x in _terms(n.value))  # fmt: skip
+
+
+def _terms(e: ast.expr) -> list[ast.expr]:
+    """The names a sum adds, each maybe scaled by a constant: `a * 0.99 + b * 0.01` gives a and b."""
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+        return _terms(e.left) + _terms(e.right)
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Mult, ast.Div)):
+        return [x for x in (e.left, e.right) if not isinstance(x, ast.Constant)][:1]
+    return [e]

@@ -212,3 +212,46 @@ def test_the_else_of_a_train_flag_is_the_evaluation_side():
     hits = found(src)
     assert (13, "HL001") in hits
     assert (15, "HL007") not in hits
+
+
+def test_a_smoothed_loss_that_keeps_each_steps_graph():
+    """`smooth_loss = smooth_loss * 0.99 + loss * 0.01` after `loss.backward()` (sh0416's BPR): the average is a
+    tensor chaining every step's graph, as `total += loss` does (totals._smoothed); with `loss.item()` it is not."""
+    src = """
+    import torch
+
+    def train(model, loader, opt):
+        smooth_loss = 0
+        smooth_num = 0
+        for u, i in loader:
+            opt.zero_grad()
+            loss = model(u.cuda(non_blocking=True), i.cuda(non_blocking=True))
+            loss.backward()
+            opt.step()
+            smooth_loss = smooth_loss * 0.99 + loss * 0.01
+            smooth_num = smooth_num * 0.99 + loss.item() * 0.01
+    """
+    hits = found(src)
+    assert (12, "HL019") in hits
+    assert (13, "HL019") not in hits
+
+
+def test_accumulating_a_summed_loss_needs_no_division():
+    """`loss_fn = nn.BCELoss(reduction="sum")` and sub-batches accumulated before one step (MCAN): the summed
+    sub-batch losses are the whole batch's summed loss, so there is nothing to divide (forks.summed_loss); the
+    same loop with a mean loss is HL016."""
+    template = """
+    import torch
+
+    def train(net, loader, opt, accum):
+        loss_fn = torch.nn.BCELoss({reduction}).cuda()
+        for x, y in loader:
+            for k in range(accum):
+                pred = net(x[k].cuda(non_blocking=True))
+                loss = loss_fn(pred, y[k].cuda(non_blocking=True))
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+    """
+    assert (10, "HL016") not in found(template.replace("{reduction}", 'reduction="sum"'))
+    assert (10, "HL016") in found(template.replace("{reduction}", ""))
