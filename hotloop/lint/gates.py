@@ -22,6 +22,7 @@ GATE_WORDS = {
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick", "statistics",
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
+SCHEDULE_COUNTER = re.compile(r"(global_)?(it|iter|iters|iteration|step|epoch|i_?iter|n_?iter)")
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 
 
@@ -48,6 +49,8 @@ def is_gate(test: ast.expr) -> bool:
             return True
         if isinstance(n, ast.Name) and gate_word(n.id):
             return True
+        if isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In) and SCHEDULE_COUNTER.fullmatch(dotted(n.left)):
+            return True  # `if iteration in testing_iterations:` (gaussian-splatting): a few scheduled steps
         if isinstance(n, ast.Attribute) and gate_word(n.attr):
             return True
     return False

@@ -159,6 +159,8 @@ class HostProvenance:
             if (meth in self.HOST_KEEPING or meth == "to" and not moves) and isinstance(e.func, ast.Attribute):
                 return self._host(e.func.value, depth + 1)
             local = self.mi.targets_of(e)
+            if not local and e.args and CRITERION.search(dotted(e.func).rpartition(".")[2]):
+                return self._host(e.args[0], depth + 1)  # `criterion(preds, text, ...)` of `preds = model(x).cpu()`
             if local and depth < 3:  # a same-file helper that returns host tensors
                 rets = [r.value for f in local for r in walk_local(f) if isinstance(r, ast.Return) and r.value]
                 return bool(rets) and all(self._host(r, depth + 1) for r in rets)
@@ -396,6 +398,11 @@ def _element(s: ast.Assign, name: str) -> ast.expr | None:
     if isinstance(s.value, ast.Tuple) and len(s.value.elts) == len(t.elts):
         return s.value.elts[[x.id for x in t.elts].index(name)]  # type: ignore[attr-defined]
     return s.value if isinstance(s.value, ast.Call) else None
+
+
+# A loss module or function called on predictions (not a `compute_loss(batch, model)` helper, which may move the
+# batch itself): its value lives where the predictions do.
+CRITERION = re.compile(r"^(\w*_)?(criterion|crit|loss_fn|loss_func|lossfn)(_\w*)?$|^(mse|l1|nll|ctc|bce)_loss$", re.I)
 
 
 def _loop_source(target: ast.expr, it: ast.expr, name: str) -> ast.expr | None:

@@ -255,3 +255,90 @@ def test_accumulating_a_summed_loss_needs_no_division():
     """
     assert (10, "HL016") not in found(template.replace("{reduction}", 'reduction="sum"'))
     assert (10, "HL016") in found(template.replace("{reduction}", ""))
+
+
+def test_a_step_counter_tested_against_a_list_of_steps_is_a_gate():
+    """`if iteration in testing_iterations:` (gaussian-splatting's report helper, called every step): the block
+    runs at a few scheduled iterations, like `iteration % n == 0` (gates.COUNTER); the per-step read stays."""
+    src = """
+    import torch
+
+    def report(writer, iteration, loss, testing_iterations, model, views):
+        writer.add_scalar("loss", loss.item(), iteration)
+        if iteration in testing_iterations:
+            for v in views:
+                err = (model(v.cuda(non_blocking=True)) - v.cuda(non_blocking=True)).abs().mean()
+                print(f"{err.item()}")
+
+    def train(model, loader, opt, writer, testing_iterations, views):
+        for iteration, x in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).mean()
+            loss.backward()
+            opt.step()
+            report(writer, iteration, loss, testing_iterations, model, views)
+    """
+    hits = found(src)
+    assert (5, "HL001") in hits
+    assert (9, "HL001") not in hits
+
+
+def test_a_loss_of_predictions_brought_to_the_host_is_read_without_a_sync():
+    """`preds = model(x).cpu()` then `loss = criterion(preds, ...)` (CRNN's CTC loss on the host): the `.cpu()` is
+    the sync (HL007), and `loss.item()` reads a host tensor (provenance.CRITERION: a criterion's value lives where
+    its predictions do); with the predictions left on the device the read is HL001."""
+    template = """
+    import torch
+
+    def train(model, loader, criterion, opt):
+        for x, y in loader:
+            preds = model(x.cuda(non_blocking=True)){move}
+            loss = criterion(preds, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            print(loss.item())
+    """
+    on_host = found(template.replace("{move}", ".cpu()"))
+    assert (6, "HL007") in on_host and (11, "HL001") not in on_host
+    assert (11, "HL001") in found(template.replace("{move}", ""))
+
+
+def test_a_registered_buffer_is_a_tensor_so_its_queue_pointer_read_is_a_sync():
+    """MoCo's queue: `self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))` and `ptr =
+    int(self.queue_ptr)` in the enqueue its forward calls every step (CoST, CoCLR): the buffer lives on the
+    model's device, so `int()` is a host read (attributes.class_attribute_kind); a buffer registered as None
+    says nothing."""
+    src = """
+    import torch
+    from torch import nn
+
+    class MoCo(nn.Module):
+        def __init__(self, enc, K=256):
+            super().__init__()
+            self.enc = enc
+            self.register_buffer("queue", torch.randn(128, K))
+            self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
+            self.register_buffer("count", None)
+
+        def _enqueue(self, keys):
+            ptr = int(self.queue_ptr)
+            n = int(self.count)
+            self.queue[:, ptr:ptr + keys.shape[0]] = keys.T
+            self.queue_ptr[0] = (ptr + keys.shape[0]) % self.queue.shape[1]
+
+        def forward(self, q, k):
+            loss = (self.enc(q) - self.enc(k)).pow(2).mean()
+            self._enqueue(k)
+            return loss
+
+    def train(model, loader, opt):
+        model = MoCo(model).cuda()
+        for q, k in loader:
+            loss = model(q.cuda(non_blocking=True), k.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+    hits = found(src)
+    assert (14, "HL001") in hits
+    assert (15, "HL001") not in hits
