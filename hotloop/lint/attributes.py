@@ -32,8 +32,10 @@ def class_attribute_kind(model, e: ast.Attribute, fn: ast.AST) -> str | None:  #
         for n in model.walk_local(m):
             if (isinstance(n, ast.Call) and dotted(n.func) == "self.register_buffer" and len(n.args) > 1
                     and isinstance(n.args[0], ast.Constant) and n.args[0].value == e.attr
-                    and not isinstance(n.args[1], ast.Constant)):  # fmt: skip
-                kinds.add("tensor")  # `self.register_buffer("queue_ptr", torch.zeros(1))` (MoCo): a module's tensor
+                    and not isinstance(n.args[1], ast.Constant) and not cls.name.endswith("Trainer")):  # fmt: skip
+                # `self.register_buffer("queue_ptr", torch.zeros(1))` (MoCo): a model's tensor, on its device (not a
+                # trainer's step counter, lucidrains' `register_buffer("steps", ...)`: the trainer is not moved)
+                kinds.add("tensor")
             if isinstance(n, ast.Assign) and any(dotted(t) == f"self.{e.attr}" for t in n.targets):
                 v = n.value  # `x = torch.zeros(n, device=d) if flag else None`: each branch
                 for b in (v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,):

@@ -12,7 +12,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
-from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, target_names, walk_local
 from hotloop.lint.drivers import repeats_runs
 from hotloop.lint.gates import anomaly_branch
 from hotloop.lint.structure import kw
@@ -113,7 +113,11 @@ class SaveChecks:
                     for f in self.mi.targets_of(v):
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Return))
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
-        return bool(PAYLOAD.search(text))
+        # `torch.save(self.args, join(model_dir, "training_args.bin"))` beside `model.save_pretrained(model_dir)`
+        # (R-BERT, JointBERT): a file of the checkpoint directory the run saves its weights into
+        beside = any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
+                     for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
+        return bool(PAYLOAD.search(text)) or beside
 
     def _results_file(self, c: ast.Call) -> bool:
         """The file's own name (its string literals, here or where the path variable is set) says results,

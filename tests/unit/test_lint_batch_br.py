@@ -342,3 +342,58 @@ def test_a_registered_buffer_is_a_tensor_so_its_queue_pointer_read_is_a_sync():
     hits = found(src)
     assert (14, "HL001") in hits
     assert (15, "HL001") not in hits
+
+
+def test_training_args_saved_into_the_directory_the_model_is_saved_into_in_place():
+    """`save_model()` every `save_steps` (R-BERT, JointBERT): `model.save_pretrained(model_dir)` and
+    `torch.save(self.args, join(model_dir, "training_args.bin"))` overwrite the one checkpoint directory; the
+    args file is part of that checkpoint (saves._checkpoint_payload), so HL021 reports the torch.save. Saved
+    alone, the options are no checkpoint."""
+    template = """
+    import os
+    import torch
+
+    class Trainer:
+        def train(self, loader, opt):
+            for step, batch in enumerate(loader):
+                loss = self.model(**{k: v.cuda(non_blocking=True) for k, v in batch.items()})[0]
+                loss.backward()
+                opt.step()
+                if step % self.args.save_steps == 0:
+                    self.save_model()
+
+        def save_model(self):
+            {save_weights}
+            torch.save(self.args, os.path.join(self.args.model_dir, "training_args.bin"))
+    """
+    beside = "self.model.save_pretrained(self.args.model_dir)"
+    assert (16, "HL021") in found(template.replace("{save_weights}", beside))
+    assert (16, "HL021") not in found(template.replace("{save_weights}", "pass"))
+
+
+def test_a_trainers_step_buffer_stays_on_the_host():
+    """lucidrains' trainers keep `self.register_buffer("steps", torch.Tensor([0]))` and loop `while self.steps <
+    self.num_train_steps:` (muse-maskgit): the trainer is not moved to the device, only its models are, so the
+    test reads a host tensor (attributes: a buffer of a class named `*Trainer` is not taken for a device tensor)."""
+    src = """
+    import torch
+    from torch import nn
+
+    class MaskGitTrainer(nn.Module):
+        def __init__(self, model, loader, num_train_steps):
+            super().__init__()
+            self.model, self.loader, self.num_train_steps = model, loader, num_train_steps
+            self.register_buffer("steps", torch.Tensor([0]))
+
+        def train_step(self, opt):
+            x = next(self.loader).cuda(non_blocking=True)
+            loss = self.model(x)
+            loss.backward()
+            opt.step()
+            self.steps += 1
+
+        def train(self, opt):
+            while self.steps < self.num_train_steps:
+                self.train_step(opt)
+    """
+    assert not any(code == "HL005" for _, code in found(src))
