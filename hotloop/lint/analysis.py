@@ -154,10 +154,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 re.M,
             )
         )
-        # `training_step` methods run on the trainer's device  # fmt: skip
+        # `def training_step` methods run on the trainer's device (not a `self.training_step = 0` counter)  # fmt: skip
         moves = (
             moves
-            or "training_step" in source
+            or "def training_step(" in source
             or bool(
                 re.search(
                     r"DistributedDataParallel|FullyShardedDataParallel|fully_shard\(|device_ids|['\"]nccl['\"]|"
@@ -171,7 +171,9 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         self.device_code = (
             self.uses_cuda
             or moves
-            and bool(re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|training_step", source))
+            and bool(
+                re.search(r"device|accelerat|fabric|lightning|\.to\(|torch_xla|\bmps\b|def training_step\(", source)
+            )
             or bool(self.hot_loops or self.hot_functions)
             and (
                 bool(path)

@@ -397,3 +397,30 @@ def test_a_trainers_step_buffer_stays_on_the_host():
                 self.train_step(opt)
     """
     assert not any(code == "HL005" for _, code in found(src))
+
+
+def test_a_training_step_counter_does_not_make_cpu_code_device_code():
+    """sweetice's CPU-only PPO keeps `self.training_step = 0`: only a Lightning-style `def training_step(` says the
+    code runs on a trainer's device (analysis), so indexing its host rollout with a BatchSampler's index list is no
+    HL024; with a `.cuda()` move in the file it is."""
+    template = """
+    import torch
+    from torch.utils.data.sampler import BatchSampler, SubsetRandomSampler
+
+    class Agent:
+        def __init__(self, net, opt):
+            self.net, self.opt, self.training_step = net, opt, 0
+            self.buffer = []
+
+        def update(self):
+            self.training_step += 1
+            s = torch.stack([t[0] for t in self.buffer]){move}
+            for _ in range(10):
+                for index in BatchSampler(SubsetRandomSampler(range(len(self.buffer))), 32, False):
+                    loss = self.net(s[index]).mean()
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+    """
+    assert not any(code == "HL024" for _, code in found(template.replace("{move}", "")))
+    assert any(code == "HL024" for _, code in found(template.replace("{move}", ".cuda()")))
