@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, target_names, walk_local
 from hotloop.lint.drivers import repeats_runs
-from hotloop.lint.gates import anomaly_branch
+from hotloop.lint.gates import anomaly_branch, terminal
 from hotloop.lint.structure import kw
 from hotloop.lint.syntax import block_of, passed_for
 
@@ -103,6 +103,8 @@ class SaveChecks:
             if isinstance(n, ast.If) and child in anomaly_branch(n):
                 return False  # `if torch.isnan(out).any(): save(state, "NaN.pth")`: a dump of a diverged model
             child, n = n, self.mi.parent.get(n)
+        if self._last_save(c):
+            return False
         text = ast.unparse(c.args[0])
         if isinstance(c.args[0], ast.Name):
             fn = self.mi.enclosing_function(c)
@@ -118,6 +120,22 @@ class SaveChecks:
         beside = any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
                      for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
         return bool(PAYLOAD.search(text)) or beside
+
+    def _last_save(self, c: ast.AST, depth: int = 0) -> bool:
+        """`if solved: agent.save_param(); break` (sweetice's PPO): the branch ends the training loop, so the save
+        runs once, at the end, and overwrites nothing good; a same-file helper is judged at each of its calls."""
+        fn, child, n = self.mi.enclosing_function(c), c, self.mi.parent.get(c)
+        while n is not None and n is not fn:
+            if isinstance(n, ast.If) and child is not n.test:
+                branch = n.body if child in n.body else n.orelse
+                ends = branch[-1] if branch else None  # (a break or return ends the run only out of its loop)
+                out_of_loop = self.mi.enclosing_loop(n) in self.mi.train_loops
+                if ends is not None and terminal(ends, loop=True) and (
+                        out_of_loop or not isinstance(ends, (ast.Break, ast.Return))):  # fmt: skip
+                    return True
+            child, n = n, self.mi.parent.get(n)
+        calls = self.mi.calls_to.get(getattr(fn, "name", ""), []) if depth < 2 else []
+        return bool(calls) and all(self._last_save(k, depth + 1) for k in calls)
 
     def _results_file(self, c: ast.Call) -> bool:
         """The file's own name (its string literals, here or where the path variable is set) says results,

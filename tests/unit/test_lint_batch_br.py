@@ -424,3 +424,30 @@ def test_a_training_step_counter_does_not_make_cpu_code_device_code():
     """
     assert not any(code == "HL024" for _, code in found(template.replace("{move}", "")))
     assert any(code == "HL024" for _, code in found(template.replace("{move}", ".cuda()")))
+
+
+def test_a_save_in_the_branch_that_ends_training_runs_once():
+    """`if running_reward > -200: agent.save_param(); break` (sweetice's PPO): the save is the run's last act,
+    so writing it in place loses nothing (saves._last_save); saved every epoch, or in a branch whose `break` only
+    leaves an inner loop, it is HL021."""
+    template = """
+    import torch
+
+    class Agent:
+        def save_param(self):
+            torch.save(self.net.state_dict(), "param/net.pkl")
+
+    def main(net, opt):
+        agent = Agent()
+        agent.net = net
+        for ep in range(1000):
+            for t in range(200):
+                loss = agent.net(torch.randn(4).cuda()).sum()
+                loss.backward()
+                opt.step()
+            {body}
+    """
+    last = "if ep > 10:\n                agent.save_param()\n                break"
+    every = "agent.save_param()"
+    assert (6, "HL021") not in found(template.replace("{body}", last))
+    assert (6, "HL021") in found(template.replace("{body}", every))
