@@ -31,13 +31,28 @@ class IndexChecks:
     def _host(self, e: ast.expr, depth: int = 0) -> bool:  # pragma: no cover (HostProvenance's)
         raise NotImplementedError
 
-    def _scalar_tensor(self, e: ast.expr) -> bool:
+    def _scalar_tensor(self, e: ast.expr, depth: int = 0) -> bool:
         """A one-element tensor, whose `.data[0]` is PyTorch 0.3's `.item()`: a loss or penalty by name, or a
         full reduction (`grads.norm(2, dim=1).mean()`), not a batch whose `.data[0]` is its first row."""
         if re.search(r"loss|penalty", dotted(e), re.I):
             return True
-        return (isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("mean", "sum")
-                and not e.args and not e.keywords)  # fmt: skip
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("mean", "sum"):
+            return not e.args and not e.keywords
+        if depth > 5:
+            return False
+        # BEGAN: `(self.gamma * L_x - g_loss).data[0]` with `L_x = L_D(x)`, `def L_D(x): return l1(D(x), x)` and
+        # `l1 = nn.L1Loss()`: arithmetic on, a name given, or a same-file function returning, a criterion's value
+        if isinstance(e, ast.BinOp):
+            return self._scalar_tensor(e.left, depth + 1) or self._scalar_tensor(e.right, depth + 1)
+        if isinstance(e, ast.Name):
+            fn = self.mi.enclosing_function(e)
+            return any(self._scalar_tensor(v, depth + 1) for v in assigned_values(e.id, walk_local(fn)))
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+            made = assigned_values(e.func.id, self.mi.nodes)
+            rets = [r.value for f in self.mi.targets_of(e) for r in walk_local(f) if isinstance(r, ast.Return)]
+            return any(isinstance(v, ast.Call) and dotted(v.func).endswith("Loss") for v in made) or any(
+                r is not None and self._scalar_tensor(r, depth + 1) for r in rets)  # fmt: skip
+        return False
 
     def subscript(self, node: ast.Subscript) -> None:
         if not self.mi.in_hot(node):

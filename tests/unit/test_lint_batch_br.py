@@ -451,3 +451,31 @@ def test_a_save_in_the_branch_that_ends_training_runs_once():
     every = "agent.save_param()"
     assert (6, "HL021") not in found(template.replace("{body}", last))
     assert (6, "HL021") in found(template.replace("{body}", every))
+
+
+def test_data0_of_arithmetic_on_a_criterions_value_is_a_host_read():
+    """BEGAN: `k_t = k_t + (gamma * L_x - g_loss).data[0]` with `L_x = L_D(x)` and `def L_D(x): return l1(D(x), x)`,
+    `l1 = nn.L1Loss()`: PyTorch 0.3's `.item()` of a one-element value (indexing._scalar_tensor follows the name,
+    the same-file function and the criterion); `.data[0]` of a batch is its first row, no read."""
+    src = """
+    import torch
+    from torch import nn
+
+    def train(D, loader, opt, gamma):
+        l1 = nn.L1Loss()
+
+        def L_D(inputs):
+            return l1(D(inputs), inputs)
+
+        k_t = 0
+        for x in loader:
+            x = x.cuda(non_blocking=True)
+            L_x = L_D(x)
+            L_x.backward()
+            opt.step()
+            k_t = k_t + (gamma * L_x).data[0]
+            first = x.data[0]
+    """
+    hits = found(src)
+    assert (17, "HL001") in hits
+    assert (18, "HL001") not in hits
