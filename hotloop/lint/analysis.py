@@ -161,12 +161,12 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             or bool(
                 re.search(
                     r"DistributedDataParallel|FullyShardedDataParallel|fully_shard\(|device_ids|['\"]nccl['\"]|"
-                    r"torch\.cuda\.amp\.|GradScaler\(",
-                    source,  # (CUDA mixed precision: the batch is moved elsewhere)
+                    r"torch\.cuda\.amp\.|GradScaler\(|torch\.cuda\.(empty_cache|reset_max_memory|max_memory_)",
+                    source,  # (CUDA mixed precision, or CUDA memory managed: the batch is moved elsewhere)
                 )
             )
         )
-        cuda = r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(|torch\.cuda\.amp\."
+        cuda = r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(|torch\.cuda\.(amp\.|empty_cache|reset_max)"
         self.uses_cuda = moves and bool(re.search(cuda, source))
         self.device_code = (
             self.uses_cuda

@@ -479,3 +479,26 @@ def test_data0_of_arithmetic_on_a_criterions_value_is_a_host_read():
     hits = found(src)
     assert (17, "HL001") in hits
     assert (18, "HL001") not in hits
+
+
+def test_a_script_that_manages_cuda_memory_runs_on_cuda():
+    """G-Retriever's `train.py` moves nothing itself (its model moves the batch) but calls
+    `torch.cuda.empty_cache()`: that says the run is on CUDA, so the per-step `loss.item()` is a sync (analysis's
+    device evidence; once it came from the words `num_training_steps` containing "training_step", which a CPU
+    script's `self.training_step` counter also has)."""
+    template = """
+    import torch
+
+    def main(model, loader, optimizer, epochs):
+        num_training_steps = epochs * len(loader)
+        for epoch in range(epochs):
+            for step, batch in enumerate(loader):
+                optimizer.zero_grad()
+                loss = model(batch)
+                loss.backward()
+                optimizer.step()
+                total = loss.item()
+        {tail}
+    """
+    assert (12, "HL001") in found(template.replace("{tail}", "torch.cuda.empty_cache()"))
+    assert (12, "HL001") not in found(template.replace("{tail}", "pass"))
