@@ -130,9 +130,14 @@ def first_value(n: ast.If) -> bool:
 
 def first_step(test: ast.expr) -> bool:
     """`step == 0`, `self.get_num_updates() == 0`, `epoch == start and i == 0`: a test true on the first
-    step only (a counter equal to zero, no `%`)."""
+    step only (a counter equal to zero, no `%`); also `batch_idx < 5` (gnn-explainer's plots of an epoch's first
+    batches): a counter below a small literal, true on a handful of steps."""
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     for c in parts:
+        few = (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Lt, ast.LtE))
+               and isinstance(c.comparators[0], ast.Constant) and type(c.comparators[0].value) is int)  # fmt: skip
+        if few and 0 < c.comparators[0].value <= 10 and isinstance(c.left, ast.Name) and COUNTER.search(c.left.id):  # type: ignore[attr-defined]
+            return True
         if not (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)):
             continue
         sides = [c.left, c.comparators[0]]

@@ -502,3 +502,24 @@ def test_a_script_that_manages_cuda_memory_runs_on_cuda():
     """
     assert (12, "HL001") in found(template.replace("{tail}", "torch.cuda.empty_cache()"))
     assert (12, "HL001") not in found(template.replace("{tail}", "pass"))
+
+
+def test_reads_on_an_epochs_first_few_batches_only_are_not_per_step():
+    """`if batch_idx < 5: predictions += ypred.cpu().numpy().tolist()` (gnn-explainer): a counter below a small
+    literal holds on a handful of steps an epoch (gates.first_step); below 500 it holds on most of them."""
+    template = """
+    import torch
+
+    def train(model, loader, opt):
+        predictions = []
+        for epoch in range(10):
+            for batch_idx, (x, y) in enumerate(loader):
+                ypred = model(x.cuda(non_blocking=True))
+                if batch_idx < {n}:
+                    predictions += ypred.cpu().detach().numpy().tolist()
+                loss = (ypred - y.cuda(non_blocking=True)).pow(2).mean()
+                loss.backward()
+                opt.step()
+    """
+    assert (10, "HL007") not in found(template.replace("{n}", "5"))
+    assert (10, "HL007") in found(template.replace("{n}", "500"))
