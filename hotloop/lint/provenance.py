@@ -17,9 +17,11 @@ from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import assignment_before, passed_for
 
-# A network called as a function: `self.model(batch)`, `netG(z)`, `self.encoder(x)` (not `build_model(cfg)`).
+# A network called as a function: `self.model(batch)`, `netG(z)`, `self.encoder(x)`, an agent's `self.actor(obs)` or
+# `self.qf1_target(obs2, a)` (not `build_model(cfg)`).
 MODULE_CALL = re.compile(
-    r"^(?!(build|create|get|make|load|init|setup)_)(model|net\w*|\w*_(model|net)|encoder|decoder|generator|discriminator|teacher|student)$",
+    r"^(?!(build|create|get|make|load|init|setup|compute)_)(model|net\w*|\w*_(model|net)|encoder|decoder|generator|"
+    r"discriminator|teacher|student|actor|critic|qf\d?|q_?net\d?|(actor|critic|qf\d?|q_?net\d?)_target)$",
     re.I,
 )
 

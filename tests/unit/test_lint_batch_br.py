@@ -523,3 +523,33 @@ def test_reads_on_an_epochs_first_few_batches_only_are_not_per_step():
     """
     assert (10, "HL007") not in found(template.replace("{n}", "5"))
     assert (10, "HL007") in found(template.replace("{n}", "500"))
+
+
+def test_an_agents_target_critics_output_is_already_on_the_device():
+    """`min_q_pi = torch.min(self.qf1_target(obs2, pi), self.qf2_target(obs2, pi)).to(device)` (dongminlee94's
+    SAC): the target critics' outputs live on their device, so the `.to()` copies nothing
+    (provenance.MODULE_CALL knows actor/critic/qf networks); a replay batch moved blocking is still HL012."""
+    src = """
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    class SAC:
+        def train_model(self, batch):
+            obs1 = torch.as_tensor(batch["obs1"]).to(device)
+            obs2 = batch["obs2"]
+            _, pi, logp = self.actor(obs2)
+            min_q_pi = torch.min(self.qf1_target(obs2, pi), self.qf2_target(obs2, pi)).squeeze(1).to(device)
+            loss = (self.qf1(obs1, pi) - min_q_pi.detach()).pow(2).mean()
+            self.qf_optimizer.zero_grad()
+            loss.backward()
+            self.qf_optimizer.step()
+
+        def run(self, env, buffer):
+            for step in range(1000):
+                obs, reward, done, _ = env.step(env.action_space.sample())
+                self.train_model(buffer.sample())
+    """
+    hits = found(src)
+    assert (11, "HL012") not in hits
+    assert (8, "HL012") in hits
