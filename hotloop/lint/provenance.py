@@ -105,6 +105,10 @@ class HostProvenance:
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
             if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
+            s = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+            if s is not None and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple) and isinstance(
+                    s.value, ast.Name):  # fmt: skip
+                return self._host(s.value, depth + 1)  # `points, target = data` just above, `data` a host batch
             for n in self.mi.enclosing_loops(e):  # `for a in acc: a.item()` in a step where `a` was a device batch
                 if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
                     stores = [x for x in walk_local(n) if isinstance(x, (ast.Assign, ast.AugAssign))]
@@ -242,7 +246,7 @@ class HostProvenance:
     def legacy_cuda_copies(self, c: ast.Call, meth: str | None) -> None:
         """In hot code: `imgs.type(Tensor)` with a CUDA tensor type copies the batch blocking (HL012);
         `Tensor(np.random.normal(...))` builds host data and copies it (HL024)."""
-        if meth == "type" and len(c.args) == 1 and self.cuda_type(c.args[0]):
+        if meth == "type" and len(c.args) == 1 and self.cuda_type(c.args[0]) and not self.on_device(c.func.value, c):  # type: ignore[attr-defined]
             self.add("HL012", c, f"`{_src(c)}` copies to the device without `non_blocking=True`: the host blocks")
         elif (isinstance(c.func, ast.Name) and self.cuda_type(c.func) and c.args
               and (isinstance(c.args[0], (ast.List, ast.ListComp))
@@ -416,7 +420,7 @@ def _loop_source(target: ast.expr, it: ast.expr, name: str) -> ast.expr | None:
     if not isinstance(target, ast.Tuple) or name not in target_names(target):
         return None
     func = dotted(it.func) if isinstance(it, ast.Call) and not it.keywords else ""
-    if func == "enumerate" and len(target.elts) == 2 and len(it.args) == 1:  # type: ignore[attr-defined]
+    if func == "enumerate" and len(target.elts) == 2 and it.args:  # type: ignore[attr-defined]  # (`enumerate(x, 0)`)
         return _loop_source(target.elts[1], it.args[0], name)  # type: ignore[attr-defined]
     if func == "zip" and len(target.elts) == len(it.args):  # type: ignore[attr-defined]
         return next((src for t, a in zip(target.elts, it.args, strict=True)  # type: ignore[attr-defined]

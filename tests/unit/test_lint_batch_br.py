@@ -553,3 +553,48 @@ def test_an_agents_target_critics_output_is_already_on_the_device():
     hits = found(src)
     assert (11, "HL012") not in hits
     assert (8, "HL012") in hits
+
+
+def test_a_batch_unpacked_just_above_is_still_on_the_host():
+    """`points, target = data` then `points = points.data.numpy()` for a NumPy augmentation, then
+    `points.cuda()` (Point-Transformers, pointconv): the `.numpy()` reads the loader's host batch, no sync
+    (provenance: the unpacking just above decides); after the move it is a device read."""
+    src = """
+    import torch
+
+    def train(model, loader, opt, augment):
+        for epoch in range(10):
+            for batch_id, data in enumerate(loader, 0):
+                points, target = data
+                points = points.data.numpy()
+                points = torch.Tensor(augment(points))
+                points, target = points.cuda(non_blocking=True), target.cuda(non_blocking=True)
+                pred = model(points)
+                loss = (pred - target).pow(2).mean()
+                loss.backward()
+                opt.step()
+                kept = points.data.numpy()
+    """
+    hits = found(src)
+    assert (8, "HL007") not in hits
+    assert (15, "HL007") in hits
+
+
+def test_a_cuda_type_cast_of_a_device_tensor_copies_nothing():
+    """`(alpha > -0.99).type(torch.cuda.FloatTensor)` of the model's output (Background-Matting): a cast on the
+    device, no copy; the same cast of a host batch is a blocking copy (HL012)."""
+    src = """
+    import torch
+
+    def train(net, loader, opt):
+        for x, alpha in loader:
+            x = x.type(torch.cuda.FloatTensor)
+            alpha_pred = net(x)
+            mask = (alpha_pred > -0.99).type(torch.cuda.FloatTensor)
+            loss = (alpha_pred * mask).mean()
+            loss.backward()
+            opt.step()
+    """
+    hits = found(src)
+    assert (6, "HL012") in hits
+    assert (8, "HL012") not in hits
