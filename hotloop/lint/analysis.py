@@ -166,7 +166,7 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 )
             )
         )
-        cuda = r"\.cuda\(|['\"]cuda|cuda\.is_available|device_count\(|torch\.cuda\.(amp\.|empty_cache|reset_max)"
+        cuda = r"\.cuda\(|['\"]cuda|cuda\.(is_available|amp\.|empty_cache|reset_max_memory|max_memory_)|device_count\("
         self.uses_cuda = moves and bool(re.search(cuda, source))
         self.device_code = (
             self.uses_cuda
