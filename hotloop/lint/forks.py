@@ -113,8 +113,9 @@ def moved_instance(v: ast.expr) -> bool:
 
 def made_module(mi: Any, recv: ast.expr) -> bool:
     """`nn.MSELoss(reduction="mean")`, `torch.nn.Softmax(dim=1)`, a project's `FocalLoss()`: a module made in place
-    (moving it copies no batch)."""
-    return isinstance(recv, ast.Call) and bool(re.match(r"torch\.nn\.[A-Z]|.*Loss$", mi.call_name(recv)))
+    (moving it copies no batch; the type model takes a name given one for a module)."""
+    full = mi.call_name(recv) if isinstance(recv, ast.Call) else ""
+    return full.endswith("Loss") or full.startswith("torch.nn.") and full.rpartition(".")[2][:1].isupper()
 
 
 def summed_loss(mi: Any, target: ast.expr, fn: ast.AST) -> bool:

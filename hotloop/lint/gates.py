@@ -22,6 +22,8 @@ GATE_WORDS = {
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick", "statistics",
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
+# The counters a membership test reads as a schedule (`if iteration in testing_iterations:`): narrower than
+# `COUNTER` below, since `if idx in keep:` or `if i in bad_ids:` filters data, not steps.
 SCHEDULE_COUNTER = re.compile(r"(global_)?(it|iter|iters|iteration|step|epoch|i_?iter|n_?iter)")
 STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
 

@@ -28,6 +28,7 @@ from hotloop.lint.forks import (
     entry_kind,
     iterates_data,
     lambda_param,
+    made_module,
     moved_instance,
     narrowed_away,
     numeric_default,
@@ -269,9 +270,8 @@ class KindModel:
         instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
         cache = self.__dict__.setdefault("_instances", {})
         if name not in cache:
-            cache[name] = any(isinstance(v, ast.Call) and ((full := self.call_name(v)).endswith("Loss") or (  # type: ignore[attr-defined]
-                full.startswith("torch.nn.") and full.split(".")[-1][:1].isupper()) or moved_instance(v))
-                for v in assigned_values(name, self.nodes))  # type: ignore[attr-defined]  # fmt: skip
+            cache[name] = any(made_module(self, v) or moved_instance(v)
+                              for v in assigned_values(name, self.nodes))  # type: ignore[attr-defined]  # fmt: skip
         return cache[name]
 
     def _param_kinds(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: FunctionInfo) -> None:

@@ -242,8 +242,7 @@ class LoaderChecks:
                                                  loops_only=True)):  # fmt: skip
                         return True
                 continue
-            while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
-                outer = self.mi.parent.get(outer)
+            outer = self._through_wrappers(outer)
             if isinstance(outer, (ast.For, ast.AsyncFor)) and outer.iter is not None and u in ast.walk(outer.iter):
                 if self.mi.enclosing_loop(outer) is not None:
                     return True
@@ -268,6 +267,12 @@ class LoaderChecks:
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         return False  # never iterated where we can see it: no evidence of several epochs
 
+    def _through_wrappers(self, outer: ast.AST | None) -> ast.AST | None:
+        """What uses a loader past the `enumerate(...)`/`tqdm(...)` around it (the `for` that iterates it)."""
+        while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
+            outer = self.mi.parent.get(outer)
+        return outer
+
     def _kept_reiterated(self, cls: ast.ClassDef, call: ast.Call, u: ast.expr) -> bool:
         """A loader handed to a same-file class's constructor, which keeps it as `self.<attr>`: re-iterated when a
         method loops over it inside a loop, or loops over it once and is called in a loop (a `dev()` run every
@@ -286,9 +291,7 @@ class LoaderChecks:
             for v in walk_local(m):
                 if not (isinstance(v, ast.Attribute) and dotted(v) == kept[0] and isinstance(v.ctx, ast.Load)):
                     continue
-                outer = self.mi.parent.get(v)
-                while isinstance(outer, ast.Call) and self.mi.call_name(outer) in ("enumerate", "tqdm", "tqdm.tqdm"):
-                    outer = self.mi.parent.get(outer)
+                outer = self._through_wrappers(self.mi.parent.get(v))
                 if not (isinstance(outer, (ast.For, ast.AsyncFor)) and v in ast.walk(outer.iter)):
                     if not (isinstance(outer, ast.Call) and self.mi.call_name(outer) == "len"):
                         return True  # handed on (to a trainer, an evaluator): unknown

@@ -91,7 +91,8 @@ class SaveChecks:
 
     def _checkpoint_payload(self, c: ast.Call) -> bool:
         """What is saved looks like training state (weights, optimizer, a checkpoint dict), not evaluation
-        statistics or a tensor of results: only losing a checkpoint costs a run."""
+        statistics or a tensor of results, and not a dump of a diverged model or the run's last act: only losing a
+        checkpoint costs a run."""
         if not c.args:
             return True
         if self._results_file(c):  # (also when read back: SSD's cached `predictions.pth`, recomputed if torn)
@@ -117,9 +118,8 @@ class SaveChecks:
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
         # `torch.save(self.args, join(model_dir, "training_args.bin"))` beside `model.save_pretrained(model_dir)`
         # (R-BERT, JointBERT): a file of the checkpoint directory the run saves its weights into
-        beside = any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
-                     for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
-        return bool(PAYLOAD.search(text)) or beside
+        return bool(PAYLOAD.search(text)) or any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
+                                                 for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
 
     def _last_save(self, c: ast.AST, depth: int = 0) -> bool:
         """`if solved: agent.save_param(); break` (sweetice's PPO): the branch ends the training loop, so the save

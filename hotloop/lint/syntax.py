@@ -5,6 +5,7 @@ call graph (`analysis.py`), gates and the cross-file pass."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import re
 from collections.abc import Callable, Iterable
@@ -23,12 +24,9 @@ def parse_source(source: str, filename: str = "<unknown>") -> tuple[ast.Module, 
         return ast.parse(source, filename=filename), source
     except SyntaxError:
         fixed = _ASYNC_KW.sub("non_blocking", source)
-        if fixed == source:
-            raise
-        try:
-            return ast.parse(fixed, filename=filename), fixed
-        except SyntaxError:
-            pass
+        if fixed != source:
+            with contextlib.suppress(SyntaxError):
+                return ast.parse(fixed, filename=filename), fixed
         raise
 
 
