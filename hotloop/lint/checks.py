@@ -32,7 +32,7 @@ from hotloop.lint.provenance import HostProvenance, moves_to_device
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
 from hotloop.lint.schedules import ScheduleChecks
-from hotloop.lint.structure import StructureChecks
+from hotloop.lint.structure import StructureChecks, is_true_node
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import a_grad, chained_read, copied, data0, graphless, made_here, reduced, under_no_grad
@@ -72,10 +72,6 @@ def _span(node: ast.AST, text: str) -> Edit:
     return Edit(node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0, text)
 
 
-def _is_true(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Constant) and node.value is True
-
-
 class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
@@ -85,6 +81,12 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         src = self.mi.source
         clip = "clip_grad" in src
         for node in self.mi.nodes:
+            if isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:  # (a `while` is a branch too)
+                self.accumulation(node)
+                for total, message in running_totals(self.mi, node, self.value_before):
+                    self.add("HL019", total, message)
+                if isinstance(node, ast.For):
+                    continue
             if isinstance(node, ast.Call):
                 self.call(node)
             elif isinstance(node, (ast.If, ast.While, ast.Assert, ast.IfExp)):
@@ -99,10 +101,6 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     self.evaluation(node)
                     if clip:
                         self.clip_order(node)
-            elif isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:
-                self.accumulation(node)
-                for total, message in running_totals(self.mi, node, self.value_before):
-                    self.add("HL019", total, message)
             elif isinstance(node, ast.For) and node not in self.mi.train_loops:
                 self.inline_evaluation(node)
             elif isinstance(node, ast.With) and "inference_mode" in src:
@@ -200,7 +198,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     self.add("HL022", c, "`repeat_interleave` with tensor repeats and no `output_size`: a sync")
             if name == "torch.where" and len(c.args) == 1 and not c.keywords:
                 self.add("HL022", c, "one-argument `torch.where` has a data-dependent size: a sync")
-            if base in ("clip_grad_norm_", "clip_grad_norm") and _is_true(
+            if base in ("clip_grad_norm_", "clip_grad_norm") and is_true_node(
                 getattr(_kw(c, "error_if_nonfinite"), "value", None)
             ):
                 self.add("HL023", c, "`error_if_nonfinite=True` reads the norm on the host every step")

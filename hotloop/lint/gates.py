@@ -298,7 +298,10 @@ class GateModel:
 
     def _one_by_default(self, e: ast.expr, at: ast.AST) -> bool:
         if isinstance(e, ast.Name):
-            e = param_defaults(self.enclosing_function(at)).get(e.id, e)  # type: ignore[attr-defined]
+            fn = self.enclosing_function(at)  # type: ignore[attr-defined]
+            # (`log_step = args.log_step` earlier in the function: GPT2-Chinese's `--log_step` defaults to 1)
+            values = assigned_values(e.id, walk_local(fn)) if fn is not None else []
+            e = param_defaults(fn).get(e.id, values[0] if len(values) == 1 else e)
         value = e.value if isinstance(e, ast.Constant) else self.cli_default(e)  # type: ignore[attr-defined]
         return type(value) is int and value == 1
 

@@ -401,8 +401,9 @@ class KindModel:
                 return "tensor"
             return "tensor" if TENSOR_NAME.search(e.attr) else None
         if isinstance(e, ast.Subscript):
-            if counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER:
-                return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: the optimizer's options)
+            if (counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER
+                    or ast.unparse(e).lower().endswith("loss.data[0]")):  # fmt: skip
+                return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: options; `loss.data[0]`: 0.3's item())
             if (k := entry_kind(self, e, info)) is not None:
                 return k
             if isinstance(e.value, ast.Name) and narrowed_away(self.parent, e.value, containers=True):  # type: ignore[attr-defined]

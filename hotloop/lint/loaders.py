@@ -312,6 +312,9 @@ def _no_workers(loader: ast.Call, fn: ast.AST, call: ast.Call, caller: ModuleInf
     value = next((k.value for k in loader.keywords if k.arg == "num_workers"), None)
     if isinstance(value, ast.Call) and call_name(value) == "int" and len(value.args) == 1:
         value = value.args[0]
+    local = assigned_values(value.id, walk_local(fn)) if isinstance(value, ast.Name) and fn is not None else []
+    if len(local) == 1 and isinstance(local[0], ast.Attribute):
+        value = local[0]  # `num_workers = cfg.num_workers` above the loader, `cfg` the caller's `args` (e3_diffusion)
     on_disk = bool(caller.path) and not caller.path.startswith("<")
     if isinstance(value, ast.Attribute) and (
         caller.cli_default(value) == 0 or on_disk and project_flag_zero(Path(caller.path), value.attr)

@@ -156,7 +156,9 @@ _R = [
     Rule(
         "HL017",
         "gradient clipping after `scaler.scale(loss).backward()` without `scaler.unscale_(opt)` first",
-        "The gradients are still multiplied by the loss scale (up to 65536): the clip threshold is meaningless.",
+        "The gradients are still multiplied by the loss scale (up to 65536): the clip threshold is meaningless. "
+        "The same holds for a clip inside apex's `with amp.scale_loss(loss, opt) as s:` block (apex unscales "
+        "when the block exits).",
         "scaler.scale(loss).backward()\nclip_grad_norm_(params, 1.0)",
         "scaler.scale(loss).backward()\nscaler.unscale_(opt)\nclip_grad_norm_(params, 1.0)",
     ),

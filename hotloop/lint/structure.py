@@ -281,11 +281,24 @@ class StructureChecks:
         for i, ev in enumerate(events):
             if ev[2] != "clip":
                 continue
+            if self._in_apex_scale(ev[3], fn):
+                self.add("HL017", ev[3], f"`{src(ev[3])}` clips scaled gradients inside `amp.scale_loss(...)`: apex "
+                                         "unscales them when the block exits; clip after it")  # fmt: skip
+                continue
             state = next((p[2] for p in reversed(events[:i]) if p[2] != "clip" and not self._exclusive(p[3], ev[3])),
                          None)  # fmt: skip
             if state == "scaled":
                 self.add("HL017", ev[3], f"`{src(ev[3])}` clips scaled gradients: call `scaler.unscale_(optimizer)` "
                                          "first")  # fmt: skip
+
+    def _in_apex_scale(self, call: ast.AST, fn: ast.AST) -> bool:
+        """Inside `with amp.scale_loss(loss, optimizer) as scaled:` (NVIDIA apex, GPT2-Chinese's `--fp16`)."""
+        n = self.mi.parent.get(call)
+        while n is not None and n is not fn:
+            if isinstance(n, ast.With) and any("scale_loss(" in ast.unparse(i.context_expr) for i in n.items):
+                return True
+            n = self.mi.parent.get(n)
+        return False
 
     def _exclusive(self, a: ast.AST, b: ast.AST) -> bool:
         """a and b sit in different branches of one `if`: no single pass runs both."""

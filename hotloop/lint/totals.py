@@ -35,8 +35,10 @@ def running_totals(
     outer = [x for x in [loop, *mi.enclosing_loops(loop)] if x in mi.hot_loops]
     reset = {t for x in outer for n in walk_local(x) if isinstance(n, ast.Assign) and not _smoothed(n)
              for y in n.targets for t in target_names(y)}  # fmt: skip
-    for n in body:  # the loss terms returned beside it: `batch_loss, batch_mf_loss = model.create_bpr_loss(...)`
+    beside: set[str] = set()  # the terms returned beside it: `batch_loss, batch_mf_loss = model.create_bpr_loss(...)`
+    for n in body:  # (KGIN's `batch_loss, _, _, batch_cor = model(batch)` summed into `cor_loss`: a term too)
         if isinstance(n, ast.Assign) and (names := {t for x in n.targets for t in target_names(x)}) & stepped:
+            beside |= names
             stepped |= {x for x in names if "loss" in x}
     for n in body:
         if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.value, ast.Name):
@@ -46,7 +48,8 @@ def running_totals(
             total = n.targets[0]  # type: ignore[attr-defined]
         else:
             continue
-        if (added is not None and isinstance(total, ast.Name) and added.id in stepped and total.id not in stepped
+        if (added is not None and isinstance(total, ast.Name) and total.id not in stepped
+                and (added.id in stepped or added.id in beside and "loss" in total.id)
                 and total.id not in reset and not under_no_grad(mi.parent, n)
                 and mi.kind(added, mi.function_info(n)) == "tensor"
                 and not DETACHES.search(ast.unparse(value_before(added.id, n) or ast.Constant(None)))):  # fmt: skip
