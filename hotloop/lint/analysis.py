@@ -273,8 +273,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             "iter", "cycle", "repeat") for v in assigned_values(e.id, self.nodes))  # fmt: skip
 
     def _calls_step(self, node: ast.AST) -> bool:
-        if is_step_call(node):
-            return True
+        if is_step_call(node):  # (but `torch_single_train(model, opt, ..., meta_loss)` handing a loss and the
+            name = call_name(node).split(".")[-1]  # optimizer to a same-file epoch function: flow-forecast)
+            fns = self.functions.get(name, []) if name not in ("backward", "step") else []
+            return not (fns and all(self._loops_over_data(fn) for fn in fns))
         if isinstance(node, ast.Call):
             name = call_name(node).split(".")[-1]
             handed = any(isinstance(a, ast.Name) and a.id in self.step_functions for a in node.args)

@@ -10,6 +10,7 @@ import ast
 
 from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names
 from hotloop.lint.structure import src as _src
+from hotloop.lint.syntax import param_defaults
 
 
 def is_test(mi: ModuleInfo, node: ast.AST) -> bool:
@@ -104,7 +105,12 @@ class BranchChecks:
         callers in another file pass `False` for (bubbliiiing's `fit_one_epoch` options): its name is no
         evidence for a truth test, which on a real multi-element tensor would raise anyway."""
         t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
-        return isinstance(t, ast.Name) and t.id not in self.mi.function_info(t).tensors
+        if not isinstance(t, ast.Name):
+            return False
+        # (`def torch_single_train(..., meta_loss=None)`, `if meta_loss:`: was the option given; flow-forecast)
+        default = param_defaults(self.mi.enclosing_function(t)).get(t.id)
+        none = isinstance(default, ast.Constant) and default.value is None
+        return t.id not in self.mi.function_info(t).tensors or none
 
     def _latched(self, node: ast.AST) -> bool:
         """`if started or not torch.all(q[-1] == 0): started = True`: a Python flag checked first and set in

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.syntax import assigned_values, constructed, derives, dotted, method_of, walk_local
+from hotloop.lint.syntax import (
+    assigned_values,
+    constructed,
+    derives,
+    dotted,
+    method_of,
+    param_defaults,
+    passed_for,
+    walk_local,
+)
 
 
 class CallModel:
@@ -84,6 +93,14 @@ class CallModel:
         seen = self.__dict__.setdefault("_chosen_seen", {})
         if key not in seen and key[1]:
             values = assigned_values(key[1], walk_local(key[0] or self.tree))
+            fn = key[0]
+            if not values and f is call.func and key[1] in {*param_defaults(fn), *(a.arg for a in getattr(
+                    getattr(fn, "args", None), "args", []))}:  # fmt: skip
+                # a parameter: what the default and the same-file callers pass for it (drn's `train(...,
+                # eval_score=accuracy)` calling `eval_score(output, target)` every step)
+                given = [param_defaults(fn).get(key[1])]
+                given += [passed_for(fn, c, key[1]) for c in getattr(self, "calls_to", {}).get(fn.name, [])]
+                values = [g for g in given if isinstance(g, ast.Name)]
             if f is not call.func:
                 values = [v for d in values if isinstance(d, ast.Dict) for v in d.values]
             names = [n for v in values for n in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]

@@ -291,7 +291,9 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
             if not moves_to_device(c):
                 return  # `.to(torch.float16)`, `.to(weight_dtype)`: a cast
             target = c.args[0] if c.args else _kw(c, "device").value  # type: ignore[union-attr]
-            if isinstance(target, ast.Constant) and target.value == "cpu":
+            if isinstance(target, ast.Constant) and target.value == "cpu":  # `.cpu()` spelled `.to("cpu")`
+                if _kw(c, "non_blocking") is None and self.tensor(recv):
+                    self.add("HL007", c, f"`{_src(c)}` copies to the host and waits, every step")
                 return
         nb = _kw(c, "non_blocking")
         if nb is not None and not (isinstance(nb.value, ast.Constant) and not nb.value.value):
@@ -305,8 +307,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         if isinstance(target_node, ast.Name):  # `device = accelerator.device` ... `.to(device)`
             fn = self.mi.enclosing_function(c)
             target += " ".join(ast.unparse(v) for v in assigned_values(target_node.id, walk_local(fn)))
-        if re.search(r"accelerator|fabric|\w\.device", target) and re.search(r"\.prepare\(|setup_dataloaders\(",
-                                                                              self.mi.source):  # fmt: skip
+        if (re.search(r"accelerator|fabric|\w\.device", target) and not self.factory_made(recv)
+                and re.search(r"\.prepare\(|setup_dataloaders\(", self.mi.source)):  # fmt: skip
             return  # a prepared loader already yields batches on the device: this .to() copies nothing
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)

@@ -25,7 +25,7 @@ UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_ac
 # The counters a membership test reads as a schedule (`if iteration in testing_iterations:`): narrower than
 # `COUNTER` below, since `if idx in keep:` or `if i in bad_ids:` filters data, not steps.
 SCHEDULE_COUNTER = re.compile(r"(global_)?(it|iter|iters|iteration|step|epoch|i_?iter|n_?iter)")
-STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler)", re.I)
+STEP_RECEIVER = re.compile(r"(opt|optim|optimizer|scaler|engine)", re.I)  # (DeepSpeed: `model_engine.step()`)
 
 
 def is_optimizer_step(node: ast.AST) -> bool:
@@ -153,8 +153,9 @@ def first_step(test: ast.expr) -> bool:
 
 
 TARGETS = re.compile(r"targets?|labels?|y|ys|tgt|gt")
-ANOMALY = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?(isnan|isinf)\(|^not .*isfinite\(")
-FINITE = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?isfinite\(")
+# (and the method forms: cramming's `if not loss.detach().isfinite():`)
+ANOMALY = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?(isnan|isinf)\(|\.(isnan|isinf)\(\)|^not .*isfinite\(")
+FINITE = re.compile(r"(^|[^\w.])(torch\.|math\.|np\.)?isfinite\(|\.isfinite\(\)")
 
 
 def anomaly_branch(n: ast.If) -> list[ast.stmt]:
@@ -301,7 +302,9 @@ class GateModel:
             fn = self.enclosing_function(at)  # type: ignore[attr-defined]
             # (`log_step = args.log_step` earlier in the function: GPT2-Chinese's `--log_step` defaults to 1)
             values = assigned_values(e.id, walk_local(fn)) if fn is not None else []
-            e = param_defaults(fn).get(e.id, values[0] if len(values) == 1 else e)
+            e = param_defaults(fn).get(
+                e.id, values[0] if len(values) == 1 and isinstance(values[0], ast.Attribute) else e
+            )  # (not nanoGPT's `log_interval = 1`, which its configs override)
         value = e.value if isinstance(e, ast.Constant) else self.cli_default(e)  # type: ignore[attr-defined]
         return type(value) is int and value == 1
 

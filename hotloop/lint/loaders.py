@@ -265,7 +265,12 @@ class LoaderChecks:
                 if name not in ("len", "print", "iter", "next") and not MEASURES.search(last) and not (
                         ONE_PASS.search(last)):  # fmt: skip
                     return True  # an unknown consumer (a trainer's fit) may run epochs
-        return False  # never iterated where we can see it: no evidence of several epochs
+        # PyTorch-Encoding's `def training(epoch): for ... in enumerate(trainloader)` nested in the function that
+        # built the loader, and called in its epoch loop: the closure re-iterates it
+        return any(isinstance(f, ast.FunctionDef) and any(isinstance(u, ast.Name) and u.id in names
+                                                          for u in ast.walk(f))
+                   and any(self.mi.enclosing_loop(c) is not None for c in self.mi.calls_to.get(f.name, []))
+                   for f in walk_local(scope))  # fmt: skip
 
     def _through_wrappers(self, outer: ast.AST | None) -> ast.AST | None:
         """What uses a loader past the `enumerate(...)`/`tqdm(...)` around it (the `for` that iterates it)."""

@@ -248,6 +248,10 @@ class HostProvenance:
         `Tensor(np.random.normal(...))` builds host data and copies it (HL024)."""
         if meth == "type" and len(c.args) == 1 and self.cuda_type(c.args[0]) and not self.on_device(c.func.value, c):  # type: ignore[attr-defined]
             self.add("HL012", c, f"`{_src(c)}` copies to the device without `non_blocking=True`: the host blocks")
+        elif (meth == "type" and len(c.args) == 1 and re.fullmatch(r"torch\.[A-Z]\w*Tensor", dotted(c.args[0]))
+              and self.on_device(c.func.value, c)):  # type: ignore[attr-defined]  # fmt: skip
+            self.add("HL007", c, f"`{_src(c)}`: a CPU tensor type, so the device tensor is copied to the host every "
+                                 "step")  # fmt: skip  # (FewRel's accuracy: `(pred == label).type(torch.FloatTensor)`)
         elif (isinstance(c.func, ast.Name) and self.cuda_type(c.func) and c.args
               and (isinstance(c.args[0], (ast.List, ast.ListComp))
                    or isinstance(c.args[0], ast.Call) and dotted(c.args[0].func).startswith("np."))):  # fmt: skip
@@ -262,6 +266,25 @@ class HostProvenance:
             isinstance(v, ast.IfExp) and any(dotted(b).startswith("torch.cuda.") for b in (v.body, v.orelse))
             or dotted(v).startswith("torch.cuda.") and dotted(v).endswith("Tensor")
             for v in assigned_values(e.id, self.mi.nodes))  # fmt: skip
+
+    def factory_made(self, e: ast.expr, depth: int = 0) -> bool:
+        """`e` is a tensor a torch factory made on the host in this function (`ids = torch.tensor([ids])`, then
+        `ids = ids.repeat(n, 1)`), not a batch: no prepared loader put it on the device (T2I-Adapter)."""
+        while isinstance(e, ast.Call) and method_name(e) in self.HOST_KEEPING and isinstance(e.func, ast.Attribute):
+            e = e.func.value
+        if isinstance(e, (ast.Attribute, ast.Subscript)):  # `tokenizer(..., return_tensors="pt").input_ids`
+            return self.factory_made(e.value, depth + 1)
+        if isinstance(e, ast.Call):
+            name = self.mi.call_name(e)
+            if getattr(_kw(e, "return_tensors"), "value", None) is not None:  # a tokenizer's output: host tensors
+                return isinstance(_kw(e, "return_tensors").value, ast.Constant)  # type: ignore[union-attr]
+            return name.count(".") == 1 and name.startswith("torch.") and _kw(e, "device") is None and (
+                name[6:] in self.HOST_FACTORIES or name[6:] in self.LEGACY)  # fmt: skip
+        if not isinstance(e, ast.Name) or depth > 4:
+            return False
+        before = [n for n in walk_local(self.mi.enclosing_function(e)) if isinstance(n, ast.Assign)
+                  and n.lineno < e.lineno and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        return bool(before) and self.factory_made(max(before, key=lambda n: n.lineno).value, depth + 1)
 
     def host_built(self, c: ast.Call) -> bool:
         """The tensor this `.to(device)`/`.cuda()` moves was made on the host just before, in this function

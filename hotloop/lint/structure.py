@@ -359,6 +359,12 @@ class StructureChecks:
             return
         for n in walk_local(loop):
             if isinstance(n, ast.Call) and method_name(n) == "backward" and not self.mi._gated(n, loop):
+                stmt = self.mi.parent.get(n)  # (`loss_dis.backward(); optimizer_dis.step()` in one block: FewRel's
+                after = block_of(self.mi.parent, stmt)  # adversary steps at once, whatever the encoder accumulates)
+                rest = after[after.index(stmt) + 1 :] if stmt in after else []
+                nxt = next((s for s in rest if any(is_optimizer_step(x) for x in ast.walk(s))), None)
+                if isinstance(nxt, ast.Expr) and is_optimizer_step(nxt.value):
+                    continue
                 target = n.func.value  # type: ignore[attr-defined]
                 if n.args and not self.tensor(target):
                     target = n.args[0]  # accelerator.backward(loss), fabric.backward(loss)

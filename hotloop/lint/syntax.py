@@ -272,9 +272,10 @@ def reduced(e: ast.expr) -> bool:
 
 
 def chained_read(c: ast.Call) -> bool:
-    """`x.numpy().tolist()`, `x.cpu().numpy()`: a read of what an earlier `.cpu()`/`.numpy()` brought over."""
+    """`x.numpy().tolist()`, `x.cpu().numpy()`, `x.to("cpu").numpy()`: a read of what an earlier copy brought over."""
     recv = c.func.value if isinstance(c.func, ast.Attribute) else None
-    return isinstance(recv, ast.Call) and method_name(recv) in ("cpu", "numpy")
+    return isinstance(recv, ast.Call) and (method_name(recv) in ("cpu", "numpy") or method_name(recv) == "to" and any(
+        isinstance(a, ast.Constant) and a.value == "cpu" for a in recv.args))  # fmt: skip
 
 
 def made_here(mi: Any, e: ast.expr) -> bool:

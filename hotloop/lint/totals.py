@@ -41,8 +41,9 @@ def running_totals(
             beside |= names
             stepped |= {x for x in names if "loss" in x}
     for n in body:
-        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and isinstance(n.value, ast.Name):
-            added, total = n.value, n.target
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add):  # (`trans_loss += loss / len(loader)`: KGCL)
+            added = next((x for x in _terms(n.value) if isinstance(x, ast.Name)), None)
+            total = n.target
         elif _smoothed(n):  # `smooth_loss = smooth_loss * 0.99 + loss * 0.01` (sh0416's BPR): a running total too
             added = next((x for x in _terms(n.value) if isinstance(x, ast.Name) and x.id in stepped), None)
             total = n.targets[0]  # type: ignore[attr-defined]

@@ -142,3 +142,250 @@ def test_loader_workers_copied_from_the_callers_args_whose_flag_defaults_to_zero
         hits[default] = found(path.read_text(), str(path))
     assert (9, "HL011") not in hits[0]
     assert (9, "HL011") in hits[4]
+
+
+def test_to_cpu_is_a_host_copy_like_cpu():
+    """`vb_decoder.decode(crf_scores.to("cpu"), lengths.to("cpu"))` every step (sgrvinod's sequence labelling):
+    `.to("cpu")` is `.cpu()` spelled differently (HL007; the transfer check used to skip it as no upload); with
+    `non_blocking=True` the copy does not wait and is not reported."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, decoder):
+        for x, y in loader:
+            scores = model(x.cuda(non_blocking=True))
+            loss = scores.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            decoded = decoder.decode(scores.to("cpu"))
+    """
+    assert (11, "HL007") in found(src)
+    assert (11, "HL007") not in found(src.replace('.to("cpu")', '.to("cpu", non_blocking=True)'))
+
+
+def test_a_loader_iterated_by_a_nested_epoch_function_is_re_forked():
+    """`trainloader = DataLoader(..., num_workers=args.workers, pin_memory=True)` and `def training(epoch):`
+    nested in the same function, iterating it, called in the epoch loop (PyTorch-Encoding's train_dist.py):
+    the closure re-iterates the loader every epoch, so `persistent_workers` is missing (HL011)."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main_worker(args, model, optimizer, trainset):
+        trainloader = DataLoader(trainset, batch_size=8, num_workers=args.workers, pin_memory=True)
+
+        def training(epoch):
+            for i, (image, target) in enumerate(trainloader):
+                loss = model(image.cuda(non_blocking=True), target.cuda(non_blocking=True))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        for epoch in range(args.epochs):
+            training(epoch)
+    """
+    assert (6, "HL011") in found(src)
+    assert (6, "HL011") not in found(
+        src.replace("    for epoch in range(args.epochs):\n            training(epoch)", "    training(0)")
+    )
+
+
+def test_a_running_total_of_a_scaled_loss_keeps_the_graphs():
+    """`trans_loss += kg_batch_loss / len(kgloader)` (KGCL): the added term is the stepped loss divided by a
+    number, still a graph-holding tensor (HL019); `+= kg_batch_loss.item() / n` is a number."""
+    src = """
+    import torch
+
+    def train_kg(model, kgloader, opt):
+        trans_loss = 0.
+        for data in kgloader:
+            kg_batch_loss = model(data[0].cuda(non_blocking=True))
+            trans_loss += kg_batch_loss / len(kgloader)
+            opt.zero_grad()
+            kg_batch_loss.backward()
+            opt.step()
+        return trans_loss.cpu().item()
+    """
+    assert (8, "HL019") in found(src)
+    assert (8, "HL019") not in found(src.replace("+= kg_batch_loss /", "+= kg_batch_loss.item() /"))
+
+
+def test_a_function_passed_as_an_argument_runs_where_the_parameter_is_called():
+    """`train(..., eval_score=accuracy)` and `scores.update(eval_score(output, target), n)` in the step loop
+    (drn's segment.py): the callers pass the same-file `accuracy`, so its boolean-mask index runs every step
+    (calls._chosen reads what the callers and the default give the parameter)."""
+    src = """
+    import torch
+
+    def accuracy(output, target):
+        correct = output.argmax(1).eq(target)
+        correct = correct[target != 255]
+        return correct.float().mean()
+
+    def train(loader, model, criterion, optimizer, eval_score=None):
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            output = model(x)
+            loss = criterion(output, y)
+            if eval_score is not None:
+                score = eval_score(output, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    def main(loader, model, criterion, optimizer):
+        for epoch in range(10):
+            train(loader, model, criterion, optimizer, eval_score=accuracy)
+    """
+    assert (6, "HL006") in found(src)
+    assert (6, "HL006") not in found(src.replace("eval_score=accuracy)", "eval_score=None)"))
+
+
+def test_host_made_tensors_are_copied_even_where_a_prepared_loader_yields_device_batches():
+    """With `accelerator.prepare(...)` in the file, `.to(accelerator.device)` of a batch copies nothing (skipped);
+    `torch.tensor([...])` made in the step and token ids from `tokenizer(..., return_tensors="pt")` are host
+    tensors all the same, copied blocking every step (T2I-Adapter's `compute_embeddings`)."""
+    src = """
+    import torch
+
+    def main(accelerator, unet, loader, optimizer, tokenizer, text_encoder):
+        unet, optimizer, loader = accelerator.prepare(unet, optimizer, loader)
+        for step, batch in enumerate(loader):
+            pixels = batch["jpg"].to(accelerator.device)
+            ids = tokenizer(batch["txt"], padding="max_length", return_tensors="pt").input_ids
+            emb = text_encoder(ids.to(accelerator.device))
+            time_ids = torch.tensor([[512, 512, 0, 0]])
+            time_ids = time_ids.repeat(len(batch["txt"]), 1)
+            time_ids = time_ids.to(accelerator.device, dtype=emb.dtype)
+            loss = unet(pixels, emb, time_ids).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+    hits = found(src)
+    assert (7, "HL012") not in hits  # the prepared loader's batch is already on the device
+    assert (9, "HL012") in hits and (12, "HL012") in hits
+
+
+def test_casting_a_device_tensor_to_a_cpu_tensor_type_is_a_host_copy():
+    """`torch.mean((pred == label).type(torch.FloatTensor))` (FewRel's accuracy): `torch.FloatTensor` is a CPU
+    type, so `.type()` copies the device comparison to the host every step (HL007). A CUDA type, or a host
+    tensor cast to a CPU type, copies nothing to the host."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer):
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            logits = model(x)
+            loss = logits.sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            acc = torch.mean((logits.argmax(1) == y).type(torch.FloatTensor))
+            z = x.type(torch.cuda.FloatTensor)
+            w = torch.randn(3).type(torch.FloatTensor)
+    """
+    hits = found(src)
+    assert (12, "HL007") in hits
+    assert not any(line in (13, 14) for line, _ in hits)
+
+
+def test_a_backward_stepped_at_once_is_not_accumulated():
+    """FewRel: the encoder accumulates (`if it % grad_iter == 0: optimizer.step()`), but the adversary's
+    `loss_dis.backward(); optimizer_dis.step()` steps at once in the same block: nothing to divide (no HL016
+    there); the encoder's own undivided backward still is one."""
+    src = """
+    import torch
+
+    def train(model, disc, loader, optimizer, optimizer_dis, grad_iter):
+        for it, (x, y) in enumerate(loader):
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            loss = model(x, y)
+            loss.backward()
+            if it % grad_iter == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            loss_dis = disc(model.encode(x).detach())
+            loss_dis.backward()
+            optimizer_dis.step()
+            optimizer_dis.zero_grad()
+    """
+    hits = found(src)
+    assert (8, "HL016") in hits
+    assert (13, "HL016") not in hits
+
+
+def test_an_epoch_function_given_the_optimizer_and_a_loss_is_no_step():
+    """`torch_single_train(model, opt, criterion, loader, meta_loss)` in the epoch loop (flow-forecast): a
+    same-file function looping over the data itself, so the epoch loop is not a step loop and the validation
+    called beside it reads its results once per epoch (no HL007 there)."""
+    src = """
+    import torch
+
+    def torch_single_train(model, opt, criterion, loader, meta_loss=None):
+        for x, y in loader:
+            loss = criterion(model(x.cuda(non_blocking=True)), y.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    def compute_validation(model, loader):
+        outs = [model(x.cuda(non_blocking=True)) for x, _ in loader]
+        return torch.cat(outs).cpu()
+
+    def train(model, opt, criterion, loader, val_loader, meta_loss):
+        for epoch in range(10):
+            torch_single_train(model, opt, criterion, loader, meta_loss)
+            compute_validation(model, val_loader)
+    """
+    assert (13, "HL007") not in found(src)
+
+
+def test_truth_testing_an_option_that_defaults_to_none_reads_no_tensor():
+    """`def torch_single_train(..., meta_loss=None)` then `if meta_loss:` (flow-forecast): the test asks whether
+    the option (a criterion module) was given; its name says loss, but it is no tensor read (no HL005)."""
+    src = """
+    import torch
+
+    def torch_single_train(model, opt, criterion, loader, meta_loss=None):
+        for x, y in loader:
+            out = model(x.cuda(non_blocking=True))
+            loss = criterion(out, y.cuda(non_blocking=True))
+            if meta_loss:
+                loss = loss + meta_loss(out, y.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    def train(model, opt, criterion, loader, params):
+        meta_loss = make_criterion(params)
+        for epoch in range(10):
+            torch_single_train(model, opt, criterion, loader, meta_loss)
+    """
+    assert (8, "HL005") not in found(src)
+
+
+def test_a_deepspeed_style_engine_step_makes_the_loop_a_step_loop():
+    """cramming's `loss = model_engine.step(device_batch)` (DeepSpeed's `model_engine.step()` is the optimizer
+    step): the loop is a training loop, so `if not loss.detach().isfinite():` reads the loss every step
+    (HL005), and the troubleshooting helper it calls on a bad step is not hot (a method `.isfinite()` is an
+    anomaly test like `torch.isfinite`)."""
+    src = """
+    import torch
+
+    def troubleshoot(model_engine):
+        bad = torch.stack([torch.isfinite(p.grad).all() for p in model_engine.model.parameters()]).all()
+        if not bad:
+            print("non-finite gradients")
+
+    def train(model_engine, loader):
+        for step, batch in enumerate(loader):
+            loss = model_engine.step(batch.cuda(non_blocking=True))
+            if not loss.detach().isfinite():
+                troubleshoot(model_engine)
+    """
+    hits = found(src)
+    assert (12, "HL005") in hits
+    assert (6, "HL005") not in hits
