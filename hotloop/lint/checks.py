@@ -26,6 +26,7 @@ from hotloop.lint.drivers import feeds_env
 from hotloop.lint.effects import cross_file_hits, logger_reads, quiet_logger
 from hotloop.lint.evals import eval_hits
 from hotloop.lint.forks import DEVICE_TEST, made_module
+from hotloop.lint.formats import LOG_FUNCS, FormatChecks
 from hotloop.lint.indexing import IndexChecks
 from hotloop.lint.loaders import LoaderChecks, loader_class
 from hotloop.lint.provenance import HostProvenance, moves_to_device
@@ -39,11 +40,6 @@ from hotloop.lint.syntax import a_grad, chained_read, copied, data0, graphless, 
 from hotloop.lint.totals import running_totals
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
-LOG_FUNCS = re.compile(
-    r"^(print|log|log_value|logging\.\w+|logger\.\w+|log\.\w+|\w*logger\.(info|debug|warning|error|update|log\w*)"
-    r"|([\w.]*\.)?_?\w*(meter|writer|tracker|run|wandb|logger)\.(update|log|log_dict|add_scalar|add_scalars)"
-    r"|\w*\.set_(description|postfix))$"
-)
 
 # `np.isnan(grad_norm)`: NumPy converts the tensor on the host (on CUDA it raises: the value must come back first)
 NUMPY_TESTS = {f"{m}.{f}" for m in ("np", "numpy") for f in ("isnan", "isinf", "isfinite", "isclose", "allclose")}
@@ -72,7 +68,8 @@ def _span(node: ast.AST, text: str) -> Edit:
     return Edit(node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0, text)
 
 
-class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks):
+class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks,
+              FormatChecks):  # fmt: skip
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []
@@ -168,10 +165,8 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     self.add("HL001", c, f"`{raw}` reads `{_src(read)}` with `.item()` ({where}) every step")
                 elif shown is not None and not quiet_logger(self.mi, c):
                     self.add("HL002", c, f"`{raw}` formats the tensor `{_src(shown)}` on the host every step")
-            fmt = c.func.value if meth == "format" and isinstance(c.func, ast.Attribute) else None
-            if isinstance(fmt, ast.Constant) and isinstance(fmt.value, str):  # `"{:.6f}".format(grad_norm)`
-                if shown := next((a for a in [*c.args, *(k.value for k in c.keywords)] if self.tensor(a)), None):
-                    self.add("HL002", c, f"`str.format` formats the tensor `{_src(shown)}` on the host every step")
+            if meth == "format":
+                self.str_format(c)
             if name in ("torch.nonzero", "torch.masked_select", "torch.unique", "torch.argwhere", "torch.bincount") or (
                 meth in ("nonzero", "masked_select", "unique", "bincount") and isinstance(c.func, ast.Attribute)
                 and (self.tensor(c.func.value) or meth == "masked_select" and self.kind(c.func.value) is None)
@@ -406,33 +401,6 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                     return True
             n = self.mi.parent.get(n)
         return False
-
-    def fstring(self, node: ast.JoinedStr) -> None:
-        if not self.mi.in_hot(node):
-            return
-        parent = self.mi.parent.get(node)
-        if isinstance(parent, ast.Call) and LOG_FUNCS.match(call_name(parent)):
-            if any(self.tensor(a) for a in parent.args):
-                return  # already reported as HL002 on the call
-        for v in node.values:
-            if isinstance(v, ast.FormattedValue) and self.tensor(v.value):
-                self.add("HL002", node, "f-string formats a tensor (a host read) every step")
-                return
-
-    def percent_format(self, node: ast.BinOp) -> None:
-        """`"%.4g" % loss` / `fmt % (epoch, *mloss)`: %-formatting a tensor reads it, like an f-string."""
-        left = node.left
-        is_str = isinstance(left, ast.Constant) and isinstance(left.value, str) or isinstance(left, ast.BinOp) and any(
-            isinstance(x, ast.Constant) and isinstance(x.value, str) for x in ast.walk(left))  # fmt: skip
-        parent = self.mi.parent.get(node)
-        if not is_str or not self.mi.in_hot(node) or isinstance(parent, ast.Call) and LOG_FUNCS.match(
-                call_name(parent)) and node in parent.args and self.tensor(node):  # fmt: skip
-            return  # `print("%.3f" % norm)`: reported once, on the call
-        values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
-        values = [v.value if isinstance(v, ast.Starred) else v for v in values]
-        shown = next((v for v in values if self.tensor(v)), None)
-        if shown is not None:
-            self.add("HL002", node, f"%-formatting the tensor `{_src(shown)}` reads it on the host every step")
 
     def closure(self, fn: ast.AST) -> None:
         if isinstance(fn, ast.Lambda) and isinstance(self.mi.parent.get(fn), ast.Call):

@@ -379,7 +379,7 @@ def test_a_loader_batch_the_loop_never_moves_is_on_the_host():
 def test_tensorboard_loggers_log_value_formats_what_it_is_given():
     """`log_value(name, z_mu_mean, step)` (tensorboard_logger, GraphRNN) given a device tensor every step is a
     library logger's formatting read (HL002); given `loss.data[0]`, PyTorch 0.3's `.item()`, it is that read
-    (HL001) and not a second finding (checks.LOG_FUNCS)."""
+    (HL001) and not a second finding (formats.LOG_FUNCS)."""
     src = """
     import torch
     from tensorboard_logger import log_value

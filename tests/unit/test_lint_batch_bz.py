@@ -389,3 +389,21 @@ def test_a_deepspeed_style_engine_step_makes_the_loop_a_step_loop():
     hits = found(src)
     assert (12, "HL005") in hits
     assert (6, "HL005") not in hits
+
+
+def test_a_format_string_kept_in_a_name_formats_its_tensors():
+    """`message = '{:d} {:.3f}\\n'` then `file.write(message.format(step, loss))` every step (KPConv's training
+    log): `.format` of a string held in a name formats the loss tensor like a literal's would (HL002)."""
+    src = """
+    import torch
+
+    def train(net, loader, optimizer, log):
+        for step, batch in enumerate(loader):
+            loss = net(batch.cuda(non_blocking=True)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            message = '{:d} {:.3f}'
+            log.write(message.format(step, loss))
+    """
+    assert (11, "HL002") in found(src)
