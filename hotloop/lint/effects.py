@@ -171,19 +171,21 @@ def _base(e: ast.AST) -> str:
     return e.id if isinstance(e, ast.Name) else ""
 
 
-def _moves_param(mi: ModuleInfo, c: ast.AST, name: str) -> bool:
-    """`x.cuda()` / `x.to(device)` of a parameter `x` of the called helper `name` itself (Self-Attention-GAN's
-    `tensor2var(x)`): a mover whatever its name, copying what the call passes (a parameter of a function it
-    calls in turn, such as a timestep `t`, may well be on the device already)."""
+def _moves_param(mi: ModuleInfo, c: ast.AST, entry: ast.AST | None) -> bool:
+    """`x.cuda()` / `x.to(device)` of a parameter `x` of the called helper `entry` itself (Self-Attention-GAN's
+    `tensor2var(x)`), or of an entry of one (SRN's `input["pose"].cuda()` in `forward`, `trgt_imgs =
+    ground_truth["rgb"]` then `trgt_imgs.cuda()`): a mover whatever its name, copying what the call passes (a
+    parameter of a function it calls in turn, such as a timestep `t`, may well be on the device already)."""
     recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
     fn = mi.enclosing_function(c)
     args = getattr(fn, "args", None)
-    return (
-        isinstance(recv, ast.Name)
-        and args is not None
-        and getattr(fn, "name", "") == name.rpartition(".")[2]
-        and recv.id in {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
-    )
+    if recv is None or args is None or fn is not entry:
+        return False
+    params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
+    base = _base(recv)
+    before = [n for n in walk_local(fn) if isinstance(n, ast.Assign) and n.lineno < c.lineno  # type: ignore[attr-defined]
+              and base in {x for t in n.targets for x in target_names(t)}]  # fmt: skip
+    return base in params or bool(before) and _base(max(before, key=lambda n: n.lineno).value) in params
 
 
 def _empty(c: ast.AST) -> bool:
@@ -275,7 +277,7 @@ def effects(
             checker = Checker(mi)
             made = {id(h): h.code == "HL012" and isinstance(h.node, ast.Call) and checker.host_built(h.node)
                     for h in kept}  # fmt: skip
-            moves = {id(h): h.code == "HL012" and _moves_param(mi, h.node, defining(file, name)[1]) for h in kept}
+            moves = {id(h): h.code == "HL012" and _moves_param(mi, h.node, entry) for h in kept}
             # A helper that reads back what it copied (`r = torch.tensor(x).cuda()`, all_reduce, `r.item()`)
             # waits for the device anyway: its read is the finding, not the copy.
             read = {_base(h.node) for h in kept if h.code in ("HL001", "HL007")}

@@ -39,10 +39,10 @@ from hotloop.lint.forks import (
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
 
-TENSOR_NAME = re.compile(
-    r"^(loss|losses_t|logits|outputs?|out|preds?|predictions?|grads?|grad_norm|norm|total_norm|probs|"
-    r"scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|features|activations?|tensor)$|"
-    r"(_loss|_logits|_tensor|_t)$"
+TENSOR_NAME = re.compile(  # (not a flag: rsl_rl's `symmetry.use_mirror_loss`)
+    r"^(?!(use|do|is|has|enable|with|apply|compute|calc)_)(?:(loss|losses_t|logits|outputs?|out|preds?|predictions?|"
+    r"grads?|grad_norm|norm|total_norm|probs|scores|targets?|labels|inputs|images|x|y|xb|yb|embeddings|hidden|"
+    r"features|activations?|tensor)$|.*(_loss|_logits|_tensor|_t)$)"
 )
 MODEL_NAME = re.compile(r"(?i)(model|net|module|encoder|decoder|teacher|student|criterion|loss_fn|lossfn|loss_func)")
 LOADER_NAME = re.compile(r"(loader|dataset|data|batches|iterator|dl)", re.I)

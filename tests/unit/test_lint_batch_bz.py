@@ -407,3 +407,23 @@ def test_a_format_string_kept_in_a_name_formats_its_tensors():
             log.write(message.format(step, loss))
     """
     assert (11, "HL002") in found(src)
+
+
+def test_a_flag_named_for_a_loss_is_not_a_tensor():
+    """`if self.symmetry.use_mirror_loss:` (rsl_rl's PPO update): `use_*`, `is_*`, `with_*` names are options,
+    whatever loss they name, so testing one reads no tensor (no HL005); `if self.mirror_loss:` still might."""
+    src = """
+    import torch
+
+    class PPO:
+        def update(self, batches):
+            for obs, actions in batches:
+                loss = self.policy(obs.cuda(non_blocking=True), actions.cuda(non_blocking=True))
+                if self.symmetry.use_mirror_loss:
+                    loss = loss + self.mirror(obs)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+    assert (8, "HL005") not in found(src)
+    assert (8, "HL005") in found(src.replace("self.symmetry.use_mirror_loss", "self.symmetry.mirror_loss"))

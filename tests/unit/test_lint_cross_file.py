@@ -849,3 +849,43 @@ def test_steps_taken_by_an_instance_forward_or_a_returned_closure_make_the_loop_
     found, at = _lint(tmp_path / "gan.py")
     assert (at("x, y = x.to(device)"), "HL012") in found
     assert (at("out = run("), "HL012") not in found
+
+
+def test_a_model_copying_entries_of_its_input_dict_is_reported_at_the_call(tmp_path):
+    """SRN: `model(model_input)` with `forward(self, input)` doing `input["pose"].cuda()`, and
+    `model.get_image_loss(out, ground_truth)` doing `trgt = ground_truth["rgb"]; trgt = trgt.cuda()`: entries of
+    the batch the loop hands over, copied blocking inside the project's model every step (HL012 at the calls)."""
+    (tmp_path / "srns.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class SRNsModel(torch.nn.Module):
+            def forward(self, input):
+                pose = input["pose"].cuda()
+                return self.net(pose)
+
+            def get_image_loss(self, prediction, ground_truth):
+                trgt = ground_truth["rgb"]
+                trgt = trgt.cuda()
+                return ((prediction - trgt) ** 2).mean()
+    """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from srns import *
+
+        model = SRNsModel().cuda()
+        for epoch in range(10):
+            for model_input, ground_truth in loader:
+                out = model(model_input)
+                loss = model.get_image_loss(out, ground_truth)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """)
+    )
+    found, at = _lint(script)
+    assert (at("out = model("), "HL012") in found
+    assert (at("loss = model.get_image_loss"), "HL012") in found
