@@ -174,7 +174,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                 self.add("HL006", c, f"`{meth or name}` has a data-dependent size: a sync every step")
             if meth in ("cpu", "numpy", "tolist") and isinstance(c.func, ast.Attribute) and not c.args:
                 recv = dotted(c.func.value)  # (`x.numpy().tolist()`: the copy is `.numpy()`'s, judged on its own)
-                if not (recv and MODEL_NAME.search(recv.split(".")[-1]) or chained_read(c)):
+                if not (recv and MODEL_NAME.search(recv.split(".")[-1]) or chained_read(c) or self._host(c.func.value)):  # type: ignore[attr-defined]
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)

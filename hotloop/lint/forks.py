@@ -118,6 +118,26 @@ def made_module(mi: Any, recv: ast.expr) -> bool:
     return full.endswith("Loss") or full.startswith("torch.nn.") and full.rpartition(".")[2][:1].isupper()
 
 
+def module_instance(model: Any, name: str) -> bool:
+    """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), or a project class's
+    instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
+    cache = model.__dict__.setdefault("_instances", {})
+    if name not in cache:
+        cache[name] = any(made_module(model, v) or moved_instance(v) for v in assigned_values(name, model.nodes))
+    return cache[name]
+
+
+def backward_after(body: list[ast.AST], name: str, line: int) -> bool:
+    """`name.backward()` runs after the assignment at `line` and before the name's next assignment: what was
+    assigned there is a tensor, whatever the type model made of its value (compound-word-transformer's
+    `loss = (losses[0] + ... + losses[6]) / 7` of a model's tuple, then `loss.backward()`)."""
+    later = [n.lineno for n in body if isinstance(n, ast.Assign) and n.lineno > line
+             and any(name in target_names(t) for t in n.targets)]  # fmt: skip
+    end = min(later, default=10**9)
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
+               and dotted(n.func.value) == name and line < n.lineno < end for n in body)  # fmt: skip
+
+
 def summed_loss(mi: Any, target: ast.expr, fn: ast.AST) -> bool:
     """`loss = loss_fn(pred, y)` with `loss_fn = nn.BCELoss(reduction="sum")` (MCAN), or `F.mse_loss(..., reduction=
     "sum")`: a sum over the samples, which backward over the sub-batches keeps a sum over the whole batch: nothing

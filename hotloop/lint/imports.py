@@ -156,12 +156,27 @@ class Project:
             return self.modules[head], rest
         instances = self._instances()
         obj, _, meth = name.rpartition(".")
+        if obj == "self" and (inherited := self._inherited(c, meth)) is not None:
+            return inherited  # AtlasNet's `self.train_iteration()` from the mixin `TrainerIteration` in another file
         if obj in instances and not meth.startswith("_"):  # `policy.train(buffer)` with `policy = TD3.TD3(...)`
             return instances[obj][0], f"{instances[obj][1]}.{meth}"
         if name in instances:
             return instances[name]
         if obj and self.file is not None and obj.partition(".")[0] not in self._imported():
             return guess(self.file, self._root(), obj, meth)  # `model.set_input(data)`, `model = create_model(opt)`
+        return None
+
+    def _inherited(self, c: ast.Call, meth: str) -> tuple[Path, str] | None:
+        """`self.meth(...)` in a class that does not define `meth` but derives from an imported project class
+        that does (a mixin): that class's method in its file."""
+        cls = self.mi.parent.get(self.mi.enclosing_function(c))
+        if not isinstance(cls, ast.ClassDef) or any(getattr(f, "name", "") == meth for f in cls.body):
+            return None
+        for base in cls.bases:
+            target = self.names.get(dotted(base))
+            other = load_module(target[0], target[0].stat().st_mtime) if target is not None else None
+            if other is not None and find_def(other.tree, f"{target[1]}.{meth}") is not None:  # type: ignore[index]
+                return target[0], f"{target[1]}.{meth}"  # type: ignore[index]
         return None
 
     def _root(self) -> Path | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hotloop.lint.attributes import class_attribute_kind
 from hotloop.lint.forks import (
     RECORD,
+    backward_after,
     branch_kind,
     builtin_kind,
     captured_kind,
@@ -28,8 +29,7 @@ from hotloop.lint.forks import (
     entry_kind,
     iterates_data,
     lambda_param,
-    made_module,
-    moved_instance,
+    module_instance,
     narrowed_away,
     numeric_default,
     passed_back,
@@ -147,6 +147,7 @@ class KindModel:
         # Source order: `smooth = 0` is seen before `smooth = beta * smooth + (1 - beta) * loss_f`.
         body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
                       key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
+        stepped = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "backward"}  # type: ignore[attr-defined]
         for _ in range(2):  # a second pass lets names defined from other names settle
             history: dict[str, list[tuple[int, str | None]]] = {}
             for n in body:
@@ -174,6 +175,7 @@ class KindModel:
                             history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else k))
                         for name in target_names(t):
                             k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
+                            k = "tensor" if k != "tensor" and name in stepped and backward_after(body, name, end) else k
                             if k is None and name in passed_back(self, value, info):
                                 k = "tensor"  # `a, b = random_crop(a, b)`: a tensor passed through a transform
                             history.setdefault(name, []).append((end, "none" if placeholder else k))
@@ -264,15 +266,6 @@ class KindModel:
             return any(self._tensor_values(g.iter, info) for g in e.generators) or self.kind(
                 e.elt, info, comp=e) == "tensor"  # fmt: skip
         return False
-
-    def _module_instance(self, name: str) -> bool:
-        """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), or a project class's
-        instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
-        cache = self.__dict__.setdefault("_instances", {})
-        if name not in cache:
-            cache[name] = any(made_module(self, v) or moved_instance(v)
-                              for v in assigned_values(name, self.nodes))  # type: ignore[attr-defined]  # fmt: skip
-        return cache[name]
 
     def _param_kinds(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: FunctionInfo) -> None:
         """Annotations first; else what every same-file call site passes (positionally or by keyword)."""
@@ -492,7 +485,7 @@ class KindModel:
             return "tensor"  # Python sum of tensors is a tensor
         if name in ("max", "min", "abs") and (k := builtin_kind(self, e, info)) is not None:
             return k
-        if isinstance(e.func, ast.Name) and self._module_instance(e.func.id):
+        if isinstance(e.func, ast.Name) and module_instance(self, e.func.id):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
         cls = getattr(self, "instances", {}).get(dotted(e.func))  # `self.D = Discriminator(...)` ... `self.D(x)`
         if cls is not None and any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in cls.body):

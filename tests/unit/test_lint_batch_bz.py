@@ -427,3 +427,49 @@ def test_a_flag_named_for_a_loss_is_not_a_tensor():
     """
     assert (8, "HL005") not in found(src)
     assert (8, "HL005") in found(src.replace("self.symmetry.use_mirror_loss", "self.symmetry.mirror_loss"))
+
+
+def test_a_name_backpropagated_is_a_tensor_whatever_its_value_looked_like():
+    """compound-word-transformer: `losses = net.train_step(...)` (a tuple the type model cannot see into), then
+    `loss = (losses[0] + losses[1]) / 2` and `loss.backward()`: the value `.backward()` is called on is a
+    tensor, so `acc_loss += loss.item()` reads the device every step (HL001) and formatting it is HL002."""
+    src = """
+    import sys
+    import torch
+
+    def train(net, loader, optimizer):
+        acc_loss = 0
+        for batch_x, batch_y in loader:
+            losses = net.train_step(batch_x.cuda(non_blocking=True), batch_y.cuda(non_blocking=True))
+            loss = (losses[0] + losses[1]) / 2
+            net.zero_grad()
+            loss.backward()
+            optimizer.step()
+            sys.stdout.write('Loss: {:06f}'.format(loss))
+            acc_loss += loss.item()
+    """
+    hits = found(src)
+    assert (13, "HL002") in hits and (14, "HL001") in hits
+
+
+def test_tolist_of_a_numpy_array_copies_nothing_from_the_device():
+    """`x = np.array(x, dtype=np.float64).tolist()` inside a helper called every update (pytorch-DRL's
+    `to_tensor_var`): a NumPy array on the host, so `.tolist()` is no device read (no HL007); `.tolist()` of the
+    model's output still is."""
+    src = """
+    import numpy as np
+    import torch
+
+    def train(model, memory, optimizer):
+        for step in range(1000):
+            states = np.array(memory.sample(32), dtype=np.float64).tolist()
+            out = model(torch.tensor(states, device="cuda"))
+            loss = out.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            picked = out.argmax(1).tolist()
+    """
+    hits = found(src)
+    assert (7, "HL007") not in hits
+    assert (13, "HL007") in hits

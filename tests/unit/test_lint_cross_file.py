@@ -889,3 +889,33 @@ def test_a_model_copying_entries_of_its_input_dict_is_reported_at_the_call(tmp_p
     found, at = _lint(script)
     assert (at("out = model("), "HL012") in found
     assert (at("loss = model.get_image_loss"), "HL012") in found
+
+
+def test_a_step_taken_by_a_mixin_in_another_file_makes_the_loop_hot(tmp_path):
+    """AtlasNet: `class Trainer(TrainerIteration)` with `TrainerIteration` imported from the project, and the
+    loop calls `self.train_iteration()`, which the mixin defines (backward, step, `loss.item()`): the method is
+    resolved through the base class, the loop trains, and the read inside is reported at the call."""
+    (tmp_path / "trainer_iteration.py").write_text(textwrap.dedent('''
+        import torch
+
+        class TrainerIteration:
+            def train_iteration(self):
+                self.optimizer.zero_grad()
+                self.loss = self.network(self.data.points).mean()
+                self.loss.backward()
+                self.optimizer.step()
+                print(self.loss.item())
+    '''))
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        from trainer_iteration import TrainerIteration
+
+        class Trainer(TrainerIteration):
+            def train_loop(self):
+                for data in self.loader:
+                    self.data = data.cuda(non_blocking=True)
+                    self.train_iteration()
+    '''))
+    found, at = _lint(script)
+    assert (at("self.train_iteration()"), "HL001") in found
