@@ -282,6 +282,8 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             handed = any(isinstance(a, ast.Name) and a.id in self.step_functions for a in node.args)
             if not (handed or name in self.step_functions or STEP_FUNCTION.search(name)):  # `timer(train_step)`
                 return False
+            if any(isinstance(a, ast.Constant) and a.value in ("val", "valid", "test", "eval") for a in node.args):
+                return False  # SAITS' `model_processing(data, model, "val")`: the step function's evaluation stage
             # A "train_step" that loops over a loader itself is an epoch function: its caller's loop runs
             # epochs, and what else that loop calls (a `test_step`) runs once per epoch, not per step.
             return not any(self._loops_over_data(fn) for fn in self.functions.get(name, []))

@@ -331,6 +331,9 @@ class GateModel:
                 and not self._steps_after(s, block)  # DrQ-v2's `if step % self.update_every_steps != 0: return`
             ):
                 return True
+            if (isinstance(s, ast.If) and s.body and isinstance(s.body[-1], ast.Continue)
+                    and any(is_optimizer_step(x) for b in s.body for x in ast.walk(b))):  # fmt: skip
+                return True  # `if mode == TRAIN: ...; optimizer.step(); continue` (NeuralClassifier): evaluation after
         return False
 
     def _steps_after(self, guard: ast.If, block: list[ast.stmt]) -> bool:

@@ -353,7 +353,8 @@ class KindModel:
             kinds = {self.kind(x, info) for x in (e.values if isinstance(e, ast.Dict) else e.elts)}
             if kinds == {"tensor"} and isinstance(e, ast.Dict):
                 return "tensor"
-            return "scalar" if kinds == {"scalar"} and not isinstance(e, ast.Dict) else None
+            zeros = isinstance(e, ast.Dict) and all(isinstance(v, ast.Constant) for v in e.values)  # filled later
+            return "scalar" if kinds == {"scalar"} and not zeros else None  # (EMANet's `{'loss': loss.item()}`)
         if isinstance(e, ast.Name):
             if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
                 return "scalar"
@@ -468,8 +469,8 @@ class KindModel:
         base = name.split(".")[-1] if name else ""
         if re.match(r"^_*(is|has|should|can|use)_|^[A-Z]\w*(Meter|Average)$", base):
             return "scalar"  # a predicate (`is_compiled_module(m)`), a meter (`train_loss = AverageMeter()`)
-        local = self.functions.get(base)  # type: ignore[attr-defined]
-        if local and (name == base or name.startswith("self.")):
+        local = self.functions.get(base)  # type: ignore[attr-defined]  # (or `sess.train_batch(...)`: EMANet)
+        if local and (name == base or name.startswith("self.") or name.rpartition(".")[0] in self.instances):  # type: ignore[attr-defined]
             k = self.return_kind(local[-1])
             if k is not None:
                 return k

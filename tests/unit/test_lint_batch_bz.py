@@ -473,3 +473,81 @@ def test_tolist_of_a_numpy_array_copies_nothing_from_the_device():
     hits = found(src)
     assert (7, "HL007") not in hits
     assert (13, "HL007") in hits
+
+
+def test_what_follows_a_training_branch_ending_in_continue_is_evaluation():
+    """NeuralClassifier's `run(data_loader, mode)`: `if mode == TRAIN: ...; optimizer.step(); continue`, then
+    `total_loss += loss.item()` and `.cpu().tolist()` for the predictions: those lines never run on a training
+    step (no HL001/HL007), while the training branch's own read would."""
+    src = """
+    import torch
+
+    def run(model, data_loader, optimizer, mode):
+        total_loss = 0.0
+        for x, y in data_loader:
+            logits = model(x.cuda(non_blocking=True))
+            loss = torch.nn.functional.cross_entropy(logits, y.cuda(non_blocking=True))
+            if mode == "train":
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                continue
+            total_loss += loss.item()
+            probs = torch.softmax(logits, dim=1).cpu().tolist()
+    """
+    hits = found(src)
+    assert not any(line in (14, 15) for line, _ in hits)
+
+
+def test_a_step_function_called_for_its_validation_stage_takes_no_step():
+    """SAITS: `model_processing(data, model, stage, optimizer=None)` steps when `stage == "train"`; `validate()`
+    calls it as `model_processing(data, model, "val")` under `no_grad`: that loop is evaluation, so its
+    `.cpu().numpy()` reads are not per-step (no HL007)."""
+    src = """
+    import torch
+
+    def model_processing(data, model, stage, optimizer=None):
+        results = model(data.cuda(non_blocking=True))
+        if stage == "train":
+            optimizer.zero_grad()
+            results["loss"].backward()
+            optimizer.step()
+        return results
+
+    def validate(model, val_iter):
+        losses = []
+        with torch.no_grad():
+            for data in val_iter:
+                results = model_processing(data, model, "val")
+                losses.append(results["loss"].cpu().numpy())
+        return losses
+    """
+    assert (17, "HL007") not in found(src)
+
+
+def test_a_number_returned_by_an_instance_method_stays_a_number_in_a_dict():
+    """EMANet: `loss = sess.train_batch(image, label)` (a same-file `Session` method returning `loss.item()`),
+    `out = {'loss': loss}`, then `write(out)` formats each value: numbers, not tensors (no HL002)."""
+    src = """
+    import torch
+
+    class Session:
+        def train_batch(self, image, label):
+            loss = self.net(image.cuda(non_blocking=True), label.cuda(non_blocking=True))
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            return loss.item()
+
+        def write(self, out):
+            for k, v in out.items():
+                print('{}: {:.4g}'.format(k, v))
+
+    def main(loader):
+        sess = Session()
+        for image, label in loader:
+            loss = sess.train_batch(image, label)
+            out = {'loss': loss}
+            sess.write(out)
+    """
+    assert (14, "HL002") not in found(src)
