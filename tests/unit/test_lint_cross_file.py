@@ -895,7 +895,8 @@ def test_a_step_taken_by_a_mixin_in_another_file_makes_the_loop_hot(tmp_path):
     """AtlasNet: `class Trainer(TrainerIteration)` with `TrainerIteration` imported from the project, and the
     loop calls `self.train_iteration()`, which the mixin defines (backward, step, `loss.item()`): the method is
     resolved through the base class, the loop trains, and the read inside is reported at the call."""
-    (tmp_path / "trainer_iteration.py").write_text(textwrap.dedent('''
+    (tmp_path / "trainer_iteration.py").write_text(
+        textwrap.dedent("""
         import torch
 
         class TrainerIteration:
@@ -905,9 +906,11 @@ def test_a_step_taken_by_a_mixin_in_another_file_makes_the_loop_hot(tmp_path):
                 self.loss.backward()
                 self.optimizer.step()
                 print(self.loss.item())
-    '''))
+    """)
+    )
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent('''
+    script.write_text(
+        textwrap.dedent("""
         import torch
         from trainer_iteration import TrainerIteration
 
@@ -916,6 +919,7 @@ def test_a_step_taken_by_a_mixin_in_another_file_makes_the_loop_hot(tmp_path):
                 for data in self.loader:
                     self.data = data.cuda(non_blocking=True)
                     self.train_iteration()
-    '''))
+    """)
+    )
     found, at = _lint(script)
     assert (at("self.train_iteration()"), "HL001") in found
