@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
 from hotloop.lint.classes import guess, project_root, unique_module
-from hotloop.lint.syntax import dotted, method_of, parse_source
+from hotloop.lint.syntax import dotted, method_of, parse_source, passed_for
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
 # data-dependent sizes and synchronisations. Branches (HL005), formatting (HL002) and list indexes (HL024) in
@@ -202,6 +202,12 @@ class Project:
                     made = self._class_of(ast.Call(func=a.annotation, args=[], keywords=[]))
                     if made is not None:
                         self._inst.setdefault(a.arg, made)
+            for fn in (f for fs in self.mi.functions.values() for f in fs):  # `def train(e, model, ...)` that
+                for a in fn.args.args:  # every caller hands `seq2seq = Seq2Seq(...).cuda()` (keon's seq2seq)
+                    given = [passed_for(fn, c, a.arg) for c in self.mi.calls_to.get(fn.name, [])]
+                    known = {self._inst.get(g.id) if isinstance(g, ast.Name) else None for g in given}
+                    if given and len(known) == 1 and None not in known and a.arg != "self":
+                        self._inst.setdefault(a.arg, known.pop())  # type: ignore[arg-type]
         return self._inst
 
     def _class_of(self, c: ast.Call) -> tuple[Path, str] | None:

@@ -13,6 +13,10 @@ from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
 from hotloop.lint.syntax import data0
 
+# PyTorch 0.3 (`loss.data[0]`, `Variable(x, volatile=True)`): indexing a one-element tensor gave a Python number,
+# so `top1.update(prec1[0], n)` of an accuracy read the device every step (bearpaw's cifar.py, mean-teacher, TSN)
+LEGACY_03 = re.compile(r"\.data\[0\]|volatile\s*=\s*True")
+ACCURACY = re.compile(r"^(ema_)?(prec|acc|top)\w*$", re.I)
 RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as", "expand_as"}
 
 
@@ -62,6 +66,12 @@ class IndexChecks:
         if data0(node) and self._scalar_tensor(value.value):  # type: ignore[attr-defined]
             self.add("HL001", node, f"`{src(node)}` (PyTorch 0.3's spelling of `.item()`) reads the value on the "
                                     "host every step")  # fmt: skip
+            return
+        if (isinstance(idx, ast.Constant) and idx.value == 0 and isinstance(value, ast.Name)
+                and isinstance(node.ctx, ast.Load) and ACCURACY.match(value.id) and self.kind(value) != "scalar"
+                and LEGACY_03.search(self.mi.source)):  # fmt: skip
+            self.add("HL001", node, f"`{src(node)}`: in the PyTorch 0.3 this file targets, indexing a one-element "
+                                    "tensor reads it on the host every step")  # fmt: skip
             return
         store = isinstance(node.ctx, ast.Store)  # `x[mask] = v` is a masked fill on the device: no size to read
         if store and not any(self._numpy_index(i) or self._host_index(i)

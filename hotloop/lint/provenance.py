@@ -147,6 +147,8 @@ class HostProvenance:
             return bool(parts) and all(self._host(x, depth + 1) for x in parts)
         if isinstance(e, ast.Call):
             name, meth = self.mi.call_name(e), method_name(e)
+            if name.rpartition(".")[2] == "Variable" and e.args:  # PyTorch 0.3's wrapper: what it wraps
+                return self._host(e.args[0], depth + 1)
             if name.startswith("torch."):
                 meth = ""  # a function of the torch module, not a method of a tensor
             if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES and name.count(".") == 1:

@@ -551,3 +551,26 @@ def test_a_number_returned_by_an_instance_method_stays_a_number_in_a_dict():
             sess.write(out)
     """
     assert (14, "HL002") not in found(src)
+
+
+def test_indexing_an_accuracy_in_pytorch_0_3_code_reads_it():
+    """bearpaw's cifar.py (PyTorch 0.3: `loss.data[0]`): `prec1, prec5 = accuracy(outputs.data, targets.data,
+    topk=(1, 5))` then `top1.update(prec1[0], n)`: in 0.3 indexing a one-element tensor returned a Python
+    number, a host read every step (HL001). In code without 0.3 markers `prec1[0]` is a 0-dim tensor: no read."""
+    src = """
+    import torch
+
+    def train(trainloader, model, criterion, optimizer, losses, top1):
+        for inputs, targets in trainloader:
+            inputs, targets = inputs.cuda(non_blocking=True), targets.cuda(non_blocking=True)
+            outputs = model(inputs)
+            loss = criterion(outputs, targets)
+            prec1, prec5 = accuracy(outputs.data, targets.data, topk=(1, 5))
+            losses.update(loss.data[0], inputs.size(0))
+            top1.update(prec1[0], inputs.size(0))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (11, "HL001") in found(src)
+    assert (11, "HL001") not in found(src.replace("loss.data[0]", "loss.item()"))

@@ -923,3 +923,44 @@ def test_a_step_taken_by_a_mixin_in_another_file_makes_the_loop_hot(tmp_path):
     )
     found, at = _lint(script)
     assert (at("self.train_iteration()"), "HL001") in found
+
+
+def test_a_parameter_every_caller_hands_a_project_model_runs_that_model(tmp_path):
+    """keon's seq2seq: `def train(e, model, ...)` called only as `train(e, seq2seq, ...)` with `seq2seq =
+    Seq2Seq(encoder, decoder).cuda()`: `model(src, trg)` in the loop runs `Seq2Seq.forward`, which builds
+    `Variable(torch.zeros(...)).cuda()` on the host every step (HL012 at the call; the 0.3 `Variable` wrapper
+    keeps the tensor where it was made)."""
+    (tmp_path / "model.py").write_text(
+        textwrap.dedent("""
+        import torch
+        from torch.autograd import Variable
+
+        class Seq2Seq(torch.nn.Module):
+            def forward(self, src, trg):
+                outputs = Variable(torch.zeros(trg.size(0), trg.size(1), 10)).cuda()
+                return self.net(src, outputs)
+    """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from model import Seq2Seq
+
+        def train(e, model, optimizer, train_iter):
+            for src, trg in train_iter:
+                src, trg = src.cuda(non_blocking=True), trg.cuda(non_blocking=True)
+                output = model(src, trg)
+                loss = output.mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def main(optimizer, train_iter):
+            seq2seq = Seq2Seq().cuda()
+            for e in range(10):
+                train(e, seq2seq, optimizer, train_iter)
+    """)
+    )
+    found, at = _lint(script)
+    assert (at("output = model("), "HL012") in found
