@@ -135,7 +135,8 @@ def backward_after(body: list[ast.AST], name: str, line: int) -> bool:
              and any(name in target_names(t) for t in n.targets)]  # fmt: skip
     end = min(later, default=10**9)
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
-               and dotted(n.func.value) == name and line < n.lineno < end for n in body)  # fmt: skip
+               and dotted(n.args[0] if n.args else n.func.value) == name and line < n.lineno < end
+               for n in body)  # fmt: skip
 
 
 def summed_loss(mi: Any, target: ast.expr, fn: ast.AST) -> bool:

@@ -147,7 +147,11 @@ class KindModel:
         # Source order: `smooth = 0` is seen before `smooth = beta * smooth + (1 - beta) * loss_f`.
         body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
                       key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
-        stepped = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "backward"}  # type: ignore[attr-defined]
+        stepped = {
+            dotted(n.args[0] if n.args else n.func.value)
+            for n in body  # type: ignore[attr-defined]
+            if isinstance(n, ast.Call) and method_name(n) == "backward"
+        }  # (`accelerator.backward(loss)`: loss)
         for _ in range(2):  # a second pass lets names defined from other names settle
             history: dict[str, list[tuple[int, str | None]]] = {}
             for n in body:

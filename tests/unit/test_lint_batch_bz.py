@@ -574,3 +574,24 @@ def test_indexing_an_accuracy_in_pytorch_0_3_code_reads_it():
     """
     assert (11, "HL001") in found(src)
     assert (11, "HL001") not in found(src.replace("loss.data[0]", "loss.item()"))
+
+
+def test_the_object_whose_backward_takes_the_loss_is_not_the_tensor():
+    """`accelerator.backward(loss)` under `if (step + 1) % accum == 0: optimizer.step()` with `loss = loss /
+    accum` (Accelerate's nlp_example): the loss, not the accelerator, is what `.backward(...)` makes a tensor,
+    so nothing is reported as accumulated undivided (no HL016 naming the accelerator)."""
+    src = """
+    import torch
+
+    def train(model, loader, optimizer, accum):
+        accelerator = Accelerator(cpu=False)
+        for step, batch in enumerate(loader):
+            outputs = model(**batch)
+            loss = outputs.loss
+            loss = loss / accum
+            accelerator.backward(loss)
+            if step % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    assert not any(code == "HL016" for _, code in found(src))
