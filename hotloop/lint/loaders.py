@@ -262,7 +262,7 @@ class LoaderChecks:
             if given and not loops_only and not self.mi.targets_of(call):  # type: ignore[arg-type]
                 name = self.mi.call_name(call)
                 last = name.rpartition(".")[2]
-                if name not in ("len", "print", "iter", "next") and not MEASURES.search(last) and not (
+                if name not in ("len", "print", "iter", "next", "enumerate") and not MEASURES.search(last) and not (
                         ONE_PASS.search(last)):  # fmt: skip
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         # PyTorch-Encoding's `def training(epoch): for ... in enumerate(trainloader)` nested in the function that

@@ -595,3 +595,24 @@ def test_the_object_whose_backward_takes_the_loss_is_not_the_tensor():
                 optimizer.zero_grad()
     """
     assert not any(code == "HL016" for _, code in found(src))
+
+
+def test_a_loader_wrapped_in_one_enumerate_iterator_is_one_pass():
+    """AdaptSegNet: `trainloader_iter = enumerate(trainloader)` once, then `trainloader_iter.__next__()` every
+    iteration over a dataset sized to the run: the workers are forked once, so `persistent_workers` buys nothing
+    (no HL011); iterating the loader itself every epoch still re-forks them."""
+    src = """
+    import torch
+    from torch.utils import data
+
+    def main(dataset, model, optimizer, max_iters):
+        trainloader = data.DataLoader(dataset, batch_size=4, shuffle=True, num_workers=4, pin_memory=True)
+        trainloader_iter = enumerate(trainloader)
+        for i_iter in range(max_iters):
+            _, batch = trainloader_iter.__next__()
+            loss = model(batch[0].cuda(non_blocking=True)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (6, "HL011") not in found(src)
