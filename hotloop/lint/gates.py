@@ -133,7 +133,8 @@ def first_value(n: ast.If) -> bool:
 def first_step(test: ast.expr) -> bool:
     """`step == 0`, `self.get_num_updates() == 0`, `epoch == start and i == 0`: a test true on the first
     step only (a counter equal to zero, no `%`); also `batch_idx < 5` (gnn-explainer's plots of an epoch's first
-    batches): a counter below a small literal, true on a handful of steps."""
+    batches): a counter below a small literal, true on a handful of steps; and a counter equal to `n - 1`, the last
+    pass only."""
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
     for c in parts:
         few = (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], (ast.Lt, ast.LtE))
@@ -143,6 +144,10 @@ def first_step(test: ast.expr) -> bool:
         if not (isinstance(c, ast.Compare) and len(c.ops) == 1 and isinstance(c.ops[0], ast.Eq)):
             continue
         sides = [c.left, c.comparators[0]]
+        final = [x for x in sides if isinstance(x, ast.BinOp) and isinstance(x.op, ast.Sub)
+                 and ast.unparse(x.right) == "1"]  # fmt: skip  # `if it == (max_model_iter - 1):` the last pass only
+        if final and any(isinstance(x, ast.Name) and COUNTER.search(x.id) for x in sides):
+            return True
         zero = [x for x in sides if isinstance(x, ast.Constant) and x.value == 0]
         other = [x for x in sides if x not in zero]
         if zero and other and not any(isinstance(b, ast.BinOp) for b in ast.walk(other[0])):
@@ -183,8 +188,9 @@ class GateModel:
         if any(is_optimizer_step(n) or method_name(n) == "zero_grad" or self.local_target(n) in steps  # type: ignore[attr-defined]
                for s in node.body for n in ast.walk(s) if isinstance(n, ast.Call)):  # fmt: skip
             return True
-        names = [n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node.test)
-                 if isinstance(n, (ast.Name, ast.Attribute))]  # fmt: skip
+        names = [n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else n.value
+                 for n in ast.walk(node.test) if isinstance(n, (ast.Name, ast.Attribute))
+                 or isinstance(n, ast.Constant) and isinstance(n.value, str)]  # fmt: skip  # (`params["eval_every"]`)
         if any(gate_word(x) and not UPDATE_GATE.search(x) for x in names):
             return False
         return bool(UPDATE_GATE.search(ast.unparse(node.test)))

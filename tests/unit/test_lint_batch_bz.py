@@ -616,3 +616,49 @@ def test_a_loader_wrapped_in_one_enumerate_iterator_is_one_pass():
             optimizer.step()
     """
     assert (6, "HL011") not in found(src)
+
+
+def test_an_eval_period_read_from_a_config_dict_is_a_boundary_even_times_the_accumulation():
+    """BLINK: `if (step + 1) % (params["eval_interval"] * grad_acc_steps) == 0: evaluate(...)`: the period is the
+    evaluation's (its key says so), not the optimizer update's, so the evaluation's reads are not per step."""
+    src = """
+    import torch
+
+    def evaluate(model, loader):
+        for x in loader:
+            with torch.no_grad():
+                logits = model(x.cuda(non_blocking=True))
+            logits = logits.detach().cpu().numpy()
+
+    def train(model, loader, valid_loader, optimizer, params, grad_acc_steps):
+        for step, x in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True)).mean() / grad_acc_steps
+            loss.backward()
+            if (step + 1) % grad_acc_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            if (step + 1) % (params["eval_interval"] * grad_acc_steps) == 0:
+                evaluate(model, valid_loader)
+    """
+    assert (8, "HL007") not in found(src)
+
+
+def test_a_read_on_the_last_pass_only_is_not_per_step():
+    """`if it == (max_model_iter - 1): losses.append(loss.cpu().detach().numpy())` inside the minibatch loop
+    (andri27-ts' model-based RL): statistics of the last pass only, not every step's copy."""
+    src = """
+    import torch
+
+    def train_env_model(env_model, batches, optimizer, max_model_iter):
+        losses = []
+        for it in range(max_model_iter):
+            for x, y in batches:
+                loss = ((env_model(x.cuda(non_blocking=True)) - y.cuda(non_blocking=True)) ** 2).mean()
+                if it == (max_model_iter - 1):
+                    losses.append(loss.cpu().detach().numpy())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        return losses
+    """
+    assert (10, "HL007") not in found(src)
