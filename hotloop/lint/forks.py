@@ -255,7 +255,7 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
         return None
     if len(e.args) == 1 and dotted(e.func) != "abs":  # over an iterable: what it holds
         it = e.args[0]
-        held = isinstance(it, ast.Name) and it.id in info.tensor_lists or model._tensor_values(it, info)
+        held = isinstance(it, ast.Name) and it.id in info.tensor_lists or tensor_values(model, it, info)
         return "tensor" if held else None
     kinds = {model.kind(a, info) for a in e.args}
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
@@ -326,3 +326,17 @@ def passed_back(model: Any, value: ast.expr, info: Any) -> set[str]:
         return set()
     args = [a.value if isinstance(a, ast.Starred) else a for a in value.args]
     return {a.id for a in args if isinstance(a, ast.Name) and model.kind(a, info) == "tensor"}
+
+
+def tensor_values(model: Any, e: ast.expr, info: Any) -> bool:
+    """`d.values()` of a dict of tensors, or a comprehension over one (the type model's question)."""
+    if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("values", "items"):
+        return model.kind(e.func.value, info) == "tensor"
+    if isinstance(e, (ast.GeneratorExp, ast.ListComp)):
+        bound = {n for g in e.generators for n in target_names(g.target)}
+        if isinstance(e.elt, ast.Name) and e.elt.id in bound:  # `sum(v for v in d.values())`: what d holds
+            return any(tensor_values(model, g.iter, info) or model.kind(g.iter, info) == "tensor"
+                       for g in e.generators) or bool(model.comp_tensors(e, info) & {e.elt.id})  # fmt: skip
+        return any(tensor_values(model, g.iter, info) for g in e.generators) or model.kind(
+            e.elt, info, comp=e) == "tensor"  # fmt: skip
+    return False

@@ -35,6 +35,7 @@ from hotloop.lint.forks import (
     passed_back,
     progress_of_enumerate,
     read_back,
+    tensor_values,
     unpacked,
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
@@ -253,23 +254,10 @@ class KindModel:
                 out.update(dict.fromkeys(target_names(tgt), "scalar"))
             elif isinstance(src, ast.Name) and isinstance(tgt, ast.Name) and self.kind(src, info) == "tensor":
                 out[tgt.id] = "tensor"
-            elif src is not None and self._tensor_values(src, info) and not read_back(self, src, n, info):
+            elif src is not None and tensor_values(self, src, info) and not read_back(self, src, n, info):
                 # `for k, v in loss_dict.items()` (Moment-DETR), unless an earlier loop stored `.item()`s (DBNet)
                 out.update(dict.fromkeys(target_names(tgt.elts[-1] if isinstance(tgt, ast.Tuple) else tgt), "tensor"))
         return out
-
-    def _tensor_values(self, e: ast.expr, info: FunctionInfo) -> bool:
-        """`d.values()` of a dict of tensors, or a comprehension over one."""
-        if isinstance(e, ast.Call) and method_name(e) in ("values", "items") and isinstance(e.func, ast.Attribute):
-            return self.kind(e.func.value, info) == "tensor"
-        if isinstance(e, (ast.GeneratorExp, ast.ListComp)):
-            bound = {n for g in e.generators for n in target_names(g.target)}
-            if isinstance(e.elt, ast.Name) and e.elt.id in bound:  # `sum(v for v in d.values())`: what d holds
-                return any(self._tensor_values(g.iter, info) or self.kind(g.iter, info) == "tensor"
-                           for g in e.generators) or bool(self.comp_tensors(e, info) & {e.elt.id})  # fmt: skip
-            return any(self._tensor_values(g.iter, info) for g in e.generators) or self.kind(
-                e.elt, info, comp=e) == "tensor"  # fmt: skip
-        return False
 
     def _param_kinds(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, info: FunctionInfo) -> None:
         """Annotations first; else what every same-file call site passes (positionally or by keyword)."""
@@ -350,7 +338,7 @@ class KindModel:
             value = self.kind(e.value, info, comp=e)
             if value == "scalar":
                 return "scalar"  # `{k: v.item() for ...}` holds numbers
-            if any(self._tensor_values(g.iter, info) for g in e.generators):
+            if any(tensor_values(self, g.iter, info) for g in e.generators):
                 return "tensor"
         if isinstance(e, (ast.List, ast.Dict, ast.Set, ast.Tuple)):  # DropEdge's `return (loss.item(), t)`: numbers;
             # a dict of tensors is used like a criterion's loss dict (SAM-HQ); one of zeros is filled later (ScanRefer)
@@ -399,6 +387,11 @@ class KindModel:
                 return "tensor"
             return "tensor" if TENSOR_NAME.search(e.attr) else None
         if isinstance(e, ast.Subscript):
+            root = e.value
+            while isinstance(root, ast.Subscript):
+                root = root.value
+            if CONFIG_NAME.match(dotted(root)) and isinstance(e.slice, ast.Constant):
+                return "scalar"  # `self.config["model"]["lambda_loss"]`: an option (pytorch-superpoint)
             if (counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER
                     or ast.unparse(e).lower().endswith("loss.data[0]")):  # fmt: skip
                 return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: options; `loss.data[0]`: 0.3's item())
@@ -486,7 +479,7 @@ class KindModel:
             return "tensor"
         if re.search(r"reduce|gather|all_reduce", base) and any(self.kind(a, info) == "tensor" for a in e.args):
             return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks
-        if name == "sum" and e.args and self._tensor_values(e.args[0], info):
+        if name == "sum" and e.args and tensor_values(self, e.args[0], info):
             return "tensor"  # Python sum of tensors is a tensor
         if name in ("max", "min", "abs") and (k := builtin_kind(self, e, info)) is not None:
             return k

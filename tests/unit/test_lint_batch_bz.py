@@ -662,3 +662,23 @@ def test_a_read_on_the_last_pass_only_is_not_per_step():
         return losses
     """
     assert (10, "HL007") not in found(src)
+
+
+def test_an_option_read_from_a_config_dict_is_a_number_whatever_its_name():
+    """pytorch-superpoint: `lambda_loss = self.config["model"]["lambda_loss"]` then `if lambda_loss > 0:` every
+    step: an entry of the run's config is an option, not a tensor, though its name ends in `_loss` (no HL005)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train_val_sample(self, img, labels):
+            semi = self.net(img.cuda(non_blocking=True))
+            loss = self.detector_loss(semi, labels.cuda(non_blocking=True))
+            lambda_loss = self.config["model"]["lambda_loss"]
+            if lambda_loss > 0:
+                loss = loss + lambda_loss * semi.mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+    """
+    assert (9, "HL005") not in found(src)
