@@ -134,6 +134,10 @@ class IndexChecks:
             return False
         fn = self.mi.enclosing_function(e)
         values = assigned_values(e.id, [*walk_local(fn)])
+        before = [n for n in walk_local(fn) if isinstance(n, ast.Assign) and n.lineno < e.lineno
+                  and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        if before:  # the assignment the read sees (krrish94's NeRF reuses `select_inds` in another branch)
+            values = [max(before, key=lambda n: n.lineno).value]
 
         def numpy_made(v: ast.expr) -> bool:
             if isinstance(v, ast.Call):  # (`np.array(batch)` is data, not an index)

@@ -459,6 +459,8 @@ class KindModel:
             return "tensor"
         if meth in TENSOR_METHODS and isinstance(e.func, ast.Attribute):
             recv = self.kind(e.func.value, info)
+            if recv == "scalar" and (meth == "cuda" or meth == "to" and e.args and "device" in ast.unparse(e.args[0])):
+                return "tensor"  # `cache_dict["ray_bundle"].to(device)` (krrish94's NeRF): only tensors are moved
             if recv in ("tensor", "scalar") or recv is None and meth in TENSOR_ONLY:
                 return recv or "tensor"  # `batch["has_pose_3d"].byte()` (SPIN): only a tensor has that method
         if meth == "get" and isinstance(e.func, ast.Attribute) and self.kind(e.func.value, info) == "scalar":

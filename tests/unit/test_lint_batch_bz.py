@@ -682,3 +682,32 @@ def test_an_option_read_from_a_config_dict_is_a_number_whatever_its_name():
             self.optimizer.step()
     """
     assert (9, "HL005") not in found(src)
+
+
+def test_a_tensor_moved_out_of_a_checkpoint_dict_is_indexed_on_the_device():
+    """krrish94's NeRF: `ray_bundle = cache_dict["ray_bundle"].to(device)` (what `torch.load` returned holds
+    Python data for the type model, but only a tensor is moved), then `ray_bundle[0][select_inds]` with
+    `select_inds = np.random.choice(...)`, the assignment just above (another branch reuses the name for a
+    device tensor): the NumPy indices are copied to the device every step (HL024)."""
+    src = """
+    import numpy as np
+    import torch
+
+    def train(model, train_paths, optimizer, device, n, cached):
+        for i in range(1000):
+            if cached:
+                cache_dict = torch.load(np.random.choice(train_paths))
+                ray_bundle = cache_dict["ray_bundle"].to(device)
+                select_inds = np.random.choice(ray_bundle.shape[1], size=n, replace=False)
+                rays = ray_bundle[0][select_inds]
+            else:
+                select_inds = torch.randint(100, (n,), device=device)
+                rays = model.rays[select_inds]
+            loss = model(rays).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    hits = found(src)
+    assert (11, "HL024") in hits
+    assert (14, "HL024") not in hits
