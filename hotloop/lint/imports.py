@@ -404,6 +404,8 @@ def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
         return None
     helper, fn, _ = found
     kind = helper.return_kind(fn)
+    if kind == "scalar" and getattr(fn, "name", "") in ("forward", "__call__"):
+        return None  # a module's output (`seq_logit *= self.d_model ** -0.5` only looks like arithmetic on numbers)
     return kind if kind == "scalar" or kind == "tensor" and _makes_tensors(fn) else None
 
 

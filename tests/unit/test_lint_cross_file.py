@@ -964,3 +964,44 @@ def test_a_parameter_every_caller_hands_a_project_model_runs_that_model(tmp_path
     )
     found, at = _lint(script)
     assert (at("output = model("), "HL012") in found
+
+
+def test_a_project_modules_output_stays_a_tensor_whatever_its_last_arithmetic_looks_like(tmp_path):
+    """attention-is-all-you-need: `train_epoch(model, ...)` called with `model = Transformer(...)`, whose
+    `forward` ends `seq_logit *= self.d_model ** -0.5; return seq_logit.view(...)`: arithmetic with a number
+    that the type model would call a number, but a module's output is a tensor, so `pred.eq(gold)
+    .masked_select(mask)` in the step is still a data-dependent size (HL006)."""
+    (tmp_path / "models.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        class Transformer(torch.nn.Module):
+            def forward(self, src):
+                seq_logit = self.proj(src)
+                seq_logit *= self.d_model ** -0.5
+                return seq_logit.view(-1, seq_logit.size(2))
+    """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch
+        from models import Transformer
+
+        def train_epoch(model, loader, optimizer):
+            for src, gold in loader:
+                pred = model(src.cuda(non_blocking=True))
+                loss = torch.nn.functional.cross_entropy(pred, gold.cuda(non_blocking=True))
+                n_correct = pred.max(1)[1].eq(gold).masked_select(gold.ne(0)).sum()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+        def main(loader, optimizer):
+            model = Transformer().cuda()
+            for epoch in range(10):
+                train_epoch(model, loader, optimizer)
+    """)
+    )
+    found, at = _lint(script)
+    assert (at("n_correct = "), "HL006") in found
