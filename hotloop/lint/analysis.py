@@ -377,9 +377,9 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                            for loop in self.hot_loops | self.train_loops for n in walk_local(loop)
                            if isinstance(n, ast.Call)}  # fmt: skip
         for name, attr in called_in_loops:
-            if name in self.step_functions:
-                self.hot_functions.update(f for f in self.functions[name]
-                                          if isinstance(self.parent.get(f), ast.ClassDef) == attr)  # fmt: skip
+            if name in self.step_functions:  # (not one looping over data itself: an epoch function, TranAD's)
+                self.hot_functions.update(f for f in self.functions[name] if isinstance(
+                    self.parent.get(f), ast.ClassDef) == attr and not self._loops_over_data(f))  # fmt: skip
         # Interprocedural: what a hot region calls every step is hot; what a training loop calls is training code.
         self._generators()
         self._callbacks()

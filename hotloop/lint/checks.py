@@ -36,7 +36,17 @@ from hotloop.lint.schedules import ScheduleChecks
 from hotloop.lint.structure import StructureChecks, is_true_node
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import a_grad, chained_read, copied, data0, graphless, made_here, reduced, under_no_grad
+from hotloop.lint.syntax import (
+    a_grad,
+    chained_read,
+    copied,
+    data0,
+    empty_copy,
+    graphless,
+    made_here,
+    reduced,
+    under_no_grad,
+)
 from hotloop.lint.totals import running_totals
 
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
@@ -226,6 +236,7 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
                         and (vs := assigned_values(arg.id, mi.nodes))
                         and all(map(graphless, vs))
                     )  # fmt: skip
+                    and not self._per_step_list(c)
                 ):
                     self.add("HL019", c, "appending a tensor without `.detach()` keeps its autograd graph alive")
         if name in ("torch.tensor", "torch.as_tensor") and c.args and self.tensorish_iterable(c.args[0]):
@@ -280,8 +291,11 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
     def transfer(self, c: ast.Call, per_sample: bool = False) -> None:
         recv = c.func.value  # type: ignore[attr-defined]
         rname = dotted(recv)
-        if rname and MODEL_NAME.search(rname.split(".")[-1]) or made_module(self.mi, recv):
+        if rname and MODEL_NAME.search(rname.split(".")[-1]) or made_module(self.mi, recv) or empty_copy(c):
             return  # a model, or `nn.MSELoss(reduction="mean").cuda()` in a per-step helper: no data copied
+        if isinstance(recv, ast.Call) and self.mi.call_name(recv).endswith("_like") and recv.args and not self._host(
+                recv.args[0]):  # fmt: skip
+            return  # `torch.zeros_like(embedding).cuda()` (KGReasoning): made where `embedding` is, no copy
         if c.func.attr == "to":  # type: ignore[attr-defined]
             if not moves_to_device(c):
                 return  # `.to(torch.float16)`, `.to(weight_dtype)`: a cast
@@ -362,6 +376,17 @@ class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostPro
         if c.lineno != c.end_lineno or len(c.args) + len(c.keywords) != 1:
             return None  # only the lone keyword on one line is a mechanical fix
         return Edit(c.lineno, c.func.end_col_offset or 0, c.end_lineno or c.lineno, c.end_col_offset or 0, "()")
+
+    def _per_step_list(self, c: ast.Call) -> bool:
+        """The list appended to is made anew inside the step (KGReasoning's `all_center_embeddings = []` in a
+        forward, concatenated into that step's loss): dropped with the step, so no graph outlives it."""
+        lst, fn = c.func.value, self.mi.enclosing_function(c)  # type: ignore[attr-defined]
+        pairs = [(t, n.value) for n in walk_local(fn) if isinstance(n, ast.Assign) for t in n.targets]
+        pairs += [p for t, v in pairs if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
+                  and len(t.elts) == len(v.elts) for p in zip(t.elts, v.elts, strict=True)]  # fmt: skip
+        made = [v for t, v in pairs if isinstance(v, (ast.List, ast.ListComp)) and dotted(t) == dotted(lst) != ""]
+        loops = [x for x in self.mi.enclosing_loops(c) if x in self.mi.hot_loops]
+        return bool(made) and all(not loops or n in set(ast.walk(loops[0])) for n in made)
 
     def _defined_in_loop(self, arg: ast.expr, at: ast.AST) -> bool:
         if isinstance(arg, ast.Lambda):

@@ -32,7 +32,7 @@ from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import ancestors, path_params, then_leaves, varying_args
-from hotloop.lint.syntax import data0, param_defaults
+from hotloop.lint.syntax import data0, empty_copy, param_defaults
 
 EFFECT_CODES = {"HL001", "HL002", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023",
                 "HL024"}  # fmt: skip
@@ -188,12 +188,6 @@ def _moves_param(mi: ModuleInfo, c: ast.AST, entry: ast.AST | None) -> bool:
     return base in params or bool(before) and _base(max(before, key=lambda n: n.lineno).value) in params
 
 
-def _empty(c: ast.AST) -> bool:
-    """`torch.empty(0).to(x.device)`: nothing to copy."""
-    recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
-    return isinstance(recv, ast.Call) and recv.args[:1] != [] and ast.unparse(recv.args[0]) in ("0", "(0,)")
-
-
 READS_GIVEN = re.compile(r"\.(cpu|item|numpy|tolist)\(\)")
 
 
@@ -256,7 +250,7 @@ def _carried(mi: ModuleInfo, h: Any, hits: list[Any], entry: ast.AST | None = No
         return False
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
     return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both, entry)
-            and not built_once(mi, h.node) and not _empty(h.node)
+            and not built_once(mi, h.node) and not empty_copy(h.node)
             and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
 
 

@@ -297,3 +297,12 @@ def a_grad(e: ast.expr) -> bool:
     """`param.grad`, `p.grad.data`: a parameter's whole gradient (guided-diffusion's fp16 `zero_grad` helper)."""
     e = e.value if isinstance(e, ast.Attribute) and e.attr == "data" else e
     return isinstance(e, ast.Attribute) and e.attr == "grad"
+
+
+def empty_copy(c: ast.AST) -> bool:
+    """`torch.empty(0).to(x.device)`, `torch.Tensor([]).to(dev)` (KGReasoning's placeholder logits): a copy of an
+    empty tensor moves nothing."""
+    recv = c.func.value if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) else None
+    made = isinstance(recv, ast.Call) and re.search(r"(^|\.)(empty|zeros|ones|rand|randn|tensor|\w*Tensor)$",
+                                                    dotted(recv.func))  # fmt: skip  # (not `x.unsqueeze(0)`)
+    return bool(made) and recv.args[:1] != [] and ast.unparse(recv.args[0]) in ("0", "(0,)", "[]")  # type: ignore[union-attr]

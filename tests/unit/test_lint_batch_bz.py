@@ -711,3 +711,65 @@ def test_a_tensor_moved_out_of_a_checkpoint_dict_is_indexed_on_the_device():
     hits = found(src)
     assert (11, "HL024") in hits
     assert (14, "HL024") not in hits
+
+
+def test_a_step_function_that_loops_over_data_is_an_epoch_function():
+    """TranAD's `backprop(epoch, model, data, ..., scheduler)`: `for d in data: ... optimizer.step()` then
+    `scheduler.step()` once after the loop, called once per epoch (a full-batch branch also steps at function
+    level): the scheduler after the data loop steps once per epoch (no HL014)."""
+    src = """
+    import torch
+
+    def backprop(epoch, model, data, optimizer, scheduler, full_batch=False):
+        if not full_batch:
+            for d in data:
+                loss = model(d.cuda(non_blocking=True)).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            scheduler.step()
+            return loss
+        loss = model(data.cuda(non_blocking=True)).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        return loss
+
+    def main(model, data, optimizer):
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 5, 0.9)
+        for e in range(10):
+            backprop(e, model, data, optimizer, scheduler)
+    """
+    assert (11, "HL014") not in found(src)
+
+
+def test_an_empty_or_like_tensor_moved_to_the_device_copies_nothing_and_a_per_call_list_holds_no_graph():
+    """KGReasoning's forward: `torch.Tensor([]).to(dev)` placeholder logits and `torch.zeros_like(embedding)
+    .cuda()` move nothing from the host (no HL012); `all_embeddings, all_idxs = [], []` made in the forward and
+    concatenated into that step's loss are dropped with the step (no HL019)."""
+    src = """
+    import torch
+
+    class Model(torch.nn.Module):
+        def forward(self, batch, dev):
+            all_embeddings, all_idxs = [], []
+            for q in batch:
+                embedding = self.embed(q)
+                all_embeddings.append(embedding)
+            logits = torch.cat(all_embeddings) if all_embeddings else torch.Tensor([]).to(dev)
+            offset = torch.zeros_like(logits).cuda()
+            return logits + offset
+
+    def train(loader, optimizer, dev):
+        model = Model().cuda()
+        for batch in loader:
+            loss = model(batch, dev).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    hits = found(src)
+    assert not any(code in ("HL012", "HL019") for _, code in hits)
+    before = found(src.replace("torch.Tensor([]).to(dev)", "torch.Tensor([1.0]).to(dev)"))
+    assert any(code == "HL012" for _, code in before)  # (a non-empty host tensor is copied)

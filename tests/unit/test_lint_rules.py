@@ -293,8 +293,10 @@ CASES = [
         False,
     ),
     # HL019
-    ("HL019", in_loop("losses = []\nlosses.append(loss)"), True),
-    ("HL019", in_loop("outs = []\nouts.append(out)"), True),
+    # (a list made before the loop keeps every step's graph; one made anew each step is dropped with it)
+    ("HL019", in_loop("losses.append(loss)").replace("running = torch.zeros(())", "losses = []"), True),
+    ("HL019", in_loop("outs.append(out)").replace("running = torch.zeros(())", "outs = []"), True),
+    ("HL019", in_loop("losses = []\nlosses.append(loss)"), False),
     ("HL019", in_loop("losses = []\nlosses.append(loss.detach())"), False),
     ("HL019", in_loop("steps = []\nsteps.append(step)"), False),
     # HL020
