@@ -320,6 +320,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         for node in self.nodes:
             if self._calls_step(node):
                 self._mark(self.enclosing_loop(node), hot=True)
+        # an epoch loop around a loop over the data that steps, whose own step is a leftover flush (MMSA's
+        # `if not left_epochs: optimizer.step()` after the batches): per epoch, not per step
+        self.hot_loops -= {self.enclosing_loop(x) for x in self.hot_loops if isinstance(x, (ast.For, ast.AsyncFor))
+                           and self._iterates_data(x.iter)}  # fmt: skip
         for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`
             outer = self.enclosing_loop(loop)
             if outer is not None and self._per_step_outer(outer, loop):

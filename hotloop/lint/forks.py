@@ -159,9 +159,18 @@ DEVICE_TEST = re.compile(r"device|cuda|gpu|mps|is_available|distributed", re.I)
 
 
 def iterates_data(model: Any, it: ast.expr, loader_name: re.Pattern[str]) -> bool:
-    """A loop over a loader (by its name), through `enumerate`/`zip`/`tqdm`."""
+    """A loop over a loader (by its name), through `enumerate`/`zip`/`tqdm`, and a progress bar bound by `with
+    tqdm(dataloader['train']) as td:` (MMSA)."""
     if isinstance(it, ast.Call) and model.call_name(it) in ("enumerate", "zip", "tqdm", "tqdm.tqdm"):
         return any(iterates_data(model, a, loader_name) for a in it.args)
+    if isinstance(it, ast.Subscript):  # `dataloader['train']`
+        return iterates_data(model, it.value, loader_name)
+    bound = model.__dict__.setdefault("_with_bound", None)
+    if bound is None:
+        bound = model._with_bound = {dotted(w.optional_vars): w.context_expr for w in model.nodes
+                                     if isinstance(w, ast.withitem) and w.optional_vars is not None}  # fmt: skip
+    if isinstance(it, ast.Name) and isinstance(bound.get(it.id), ast.Call):
+        return iterates_data(model, bound[it.id], loader_name)
     name = dotted(it)
     return bool(name) and bool(loader_name.search(name.split(".")[-1])) and "range" not in name
 

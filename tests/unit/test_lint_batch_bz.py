@@ -773,3 +773,37 @@ def test_an_empty_or_like_tensor_moved_to_the_device_copies_nothing_and_a_per_ca
     assert not any(code in ("HL012", "HL019") for _, code in hits)
     before = found(src.replace("torch.Tensor([]).to(dev)", "torch.Tensor([1.0]).to(dev)"))
     assert any(code == "HL012" for _, code in before)  # (a non-empty host tensor is copied)
+
+
+def test_an_epoch_loop_with_a_leftover_flush_step_is_not_a_step_loop():
+    """MMSA's SELF_MM: `while True:` (epochs) around `with tqdm(dataloader['train']) as td: for batch in td:`
+    (the steps, accumulating), then `if not left_epochs: optimizer.step()` after the batches flushes the
+    remainder once per epoch: the epoch loop is no step loop, so the validation it calls reads once per epoch
+    (no HL007 in `do_test`)."""
+    src = """
+    import torch
+    from tqdm import tqdm
+
+    def do_test(model, loader):
+        with torch.no_grad():
+            for batch in loader:
+                out = model(batch.cuda(non_blocking=True))
+                preds = out.cpu()
+
+    def do_train(model, dataloader, optimizer, update_epochs):
+        while True:
+            left = update_epochs
+            with tqdm(dataloader['train']) as td:
+                for batch in td:
+                    left -= 1
+                    loss = model(batch.cuda(non_blocking=True)).mean() / update_epochs
+                    loss.backward()
+                    if not left:
+                        optimizer.step()
+                        optimizer.zero_grad()
+                        left = update_epochs
+                if not left:
+                    optimizer.step()
+            do_test(model, dataloader['valid'])
+    """
+    assert (9, "HL007") not in found(src)
