@@ -404,7 +404,7 @@ def remote_return_kind(mi: ModuleInfo, call: ast.Call) -> str | None:
         return None
     helper, fn, _ = found
     kind = helper.return_kind(fn)
-    if kind == "scalar" and getattr(fn, "name", "") in ("forward", "__call__"):
+    if kind == "scalar" and getattr(fn, "name", "") == "forward":  # (a `__call__` may well return a number: a meter)
         return None  # a module's output (`seq_logit *= self.d_model ** -0.5` only looks like arithmetic on numbers)
     return kind if kind == "scalar" or kind == "tensor" and _makes_tensors(fn) else None
 
