@@ -35,6 +35,7 @@ from pathlib import Path
 from hotloop.lint.calls import CallModel
 from hotloop.lint.classes import project_on_device
 from hotloop.lint.drivers import EPOCH_NAMED, DriverModel, repeats_runs, runs_epochs, yields
+from hotloop.lint.forks import flushed_epochs
 from hotloop.lint.gates import GateModel, is_optimizer_step  # noqa: F401 (re-exported: structure imports it)
 from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them from here)
     MODEL_NAME,
@@ -320,10 +321,7 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         for node in self.nodes:
             if self._calls_step(node):
                 self._mark(self.enclosing_loop(node), hot=True)
-        # an epoch loop around a loop over the data that steps, whose own step is a leftover flush (MMSA's
-        # `if not left_epochs: optimizer.step()` after the batches): per epoch, not per step
-        self.hot_loops -= {self.enclosing_loop(x) for x in self.hot_loops if isinstance(x, (ast.For, ast.AsyncFor))
-                           and self._iterates_data(x.iter)}  # fmt: skip
+        self.hot_loops -= flushed_epochs(self)  # an epoch loop with a leftover step after its batches (forks)
         for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`
             outer = self.enclosing_loop(loop)
             if outer is not None and self._per_step_outer(outer, loop):

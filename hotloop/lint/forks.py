@@ -25,6 +25,7 @@ import ast
 import re
 from typing import Any
 
+from hotloop.lint.gates import is_optimizer_step
 from hotloop.lint.syntax import assigned_values, assignment_before, dotted, param_defaults, target_names, walk_local
 
 SCALAR_BUILTINS = {"len", "int", "float", "bool", "str", "list", "tuple", "dict", "set", "sorted", "repr", "id", "type"}
@@ -349,3 +350,20 @@ def tensor_values(model: Any, e: ast.expr, info: Any) -> bool:
         return any(tensor_values(model, g.iter, info) for g in e.generators) or model.kind(
             e.elt, info, comp=e) == "tensor"  # fmt: skip
     return False
+
+
+def flushed_epochs(mi: Any) -> set[ast.AST]:
+    """Loops around a loop over the data that takes the optimizer steps, whose own step is a leftover flush
+    (MMSA's `while True:` epochs with `if not left_epochs: optimizer.step()` after the batches): per epoch, not per
+    step. Not a loader loop around micro-batch chunks (hysts' `zip(data_chunks, ...)`), nor an update loop around
+    micro-batches that only run backward (HALOs' `for batch in accumulated_batches:`)."""
+    out = set()
+    for x in mi.hot_loops:
+        if not (isinstance(x, (ast.For, ast.AsyncFor)) and mi._iterates_data(x.iter) and any(
+                is_optimizer_step(n) or isinstance(n, ast.Call) and mi.local_target(n) in mi.step_functions
+                for n in ast.walk(x))):  # fmt: skip  # (OLTR's `self.batch_backward()` steps)
+            continue
+        o = mi.enclosing_loop(x)
+        if o is not None and not (isinstance(o, (ast.For, ast.AsyncFor)) and mi._iterates_data(o.iter)):
+            out.add(o)
+    return out

@@ -807,3 +807,24 @@ def test_an_epoch_loop_with_a_leftover_flush_step_is_not_a_step_loop():
             do_test(model, dataloader['valid'])
     """
     assert (9, "HL007") not in found(src)
+
+
+def test_an_update_loop_around_backward_only_micro_batches_stays_a_step_loop():
+    """HALOs' PPO: `for batch in accumulated_batches: ...; accelerator.backward(loss)` then the clip, the
+    grad-norm read and `optimizer.step()` in the loop around it: the outer loop is the update loop (its read is
+    per update, HL007), not an epoch loop with a leftover step (that needs the inner loop to step itself)."""
+    src = """
+    import torch
+
+    def train(self, batches, accelerator, optimizer):
+        for ppo_epoch in range(4):
+            accumulated_batches = batches.split()
+            for batch in accumulated_batches:
+                loss = self.policy(batch.cuda(non_blocking=True)).mean()
+                accelerator.backward(loss)
+            norm = accelerator.clip_grad_norm_(self.policy.parameters(), 1.0)
+            metrics = norm.float().cpu().numpy().tolist()
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+    assert (11, "HL007") in found(src)
