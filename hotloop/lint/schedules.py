@@ -44,7 +44,8 @@ class ScheduleChecks:
                     t_max = kw(n.value, "T_max") or (n.value.args[1] if len(n.value.args) > 1 else None)
                     src = ast.unparse(t_max.value if isinstance(t_max, ast.keyword) else t_max) if t_max else ""
                     per_step = base == "CosineAnnealingLR" and re.search(r"step|iter|len\(|batch", src)
-                    kind = None if per_step or self._counts_iterations(n.value) else "epoch"
+                    per_step = per_step or self._counts_iterations(n.value) or self._period_unknown(n.value)
+                    kind = None if per_step else "epoch"
                 if kind or base.endswith(("LR", "Plateau")) or "Scheduler" in base:
                     for t in n.targets:
                         if dotted(t):
@@ -59,7 +60,7 @@ class ScheduleChecks:
                 hot = self.mi.in_hot(n)
                 if kind == "batch" and not hot and self.mi.in_training_loop(n):
                     self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
-                elif kind == "epoch" and hot:
+                elif kind == "epoch" and hot and not self._epoch_is_the_step(n):
                     self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
 
     def _outside_update(self) -> None:
@@ -88,6 +89,25 @@ class ScheduleChecks:
         names = {m.right.id for m in ast.walk(gate.test) if isinstance(m, ast.BinOp) and isinstance(m.right, ast.Name)}
         given = [k for c in self.mi.calls_to.get(getattr(fn, "name", ""), []) for k in c.keywords if k.arg in names]
         return all(isinstance(k.value, ast.Constant) and k.value.value == 1 for k in given)
+
+    def _period_unknown(self, c: ast.Call) -> bool:
+        """`MultiStepLR(opt, milestones=cfg.training.scheduler.milestones)` (ZeroSpeech: 300000 steps in its
+        yaml): a period read from a config this file does not declare may count epochs or steps, so the cadence
+        cannot be judged (a literal, or an argparse default of this file, can)."""
+        given = [*c.args[1:2], *(k.value for k in c.keywords if k.arg in ("step_size", "milestones"))]
+        return bool(given) and not any(isinstance(g, (ast.Constant, ast.List, ast.Tuple))
+                                       or self.mi.cli_default(g) is not ... for g in given)  # fmt: skip
+
+    def _epoch_is_the_step(self, n: ast.AST) -> bool:
+        """Full-batch training (HGCN, DropEdge): the step loop is `for epoch in range(...)` itself, or the
+        function stepping the schedule is called from one, so once per step is once per epoch."""
+        loops = self.mi.enclosing_loops(n)
+        if not loops:
+            fn = self.mi.enclosing_function(n)
+            loops = [x for c in self.mi.calls_to.get(getattr(fn, "name", ""), [])
+                     if (x := self.mi.enclosing_loop(c)) is not None]  # fmt: skip
+        return bool(loops) and all(isinstance(x, ast.For) and "epoch" in ast.unparse(x.target).lower()
+                                   for x in loops[:1])  # fmt: skip
 
     def _decays_fast(self, c: ast.Call) -> bool:
         """`ExponentialLR(opt, gamma=0.95)`: a gamma written (or a flag default) below 0.999, a per-epoch decay."""

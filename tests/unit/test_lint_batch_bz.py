@@ -828,3 +828,37 @@ def test_an_update_loop_around_backward_only_micro_batches_stays_a_step_loop():
             optimizer.zero_grad()
     """
     assert (11, "HL007") in found(src)
+
+
+def test_a_per_epoch_schedule_in_a_full_batch_epoch_loop_or_with_a_config_period_is_not_misplaced():
+    """HGCN (full-batch): `for epoch in range(args.epochs): ... optimizer.step(); lr_scheduler.step()`: the step
+    loop is the epoch loop, so a StepLR stepped there steps once per epoch (no HL014). ZeroSpeech:
+    `MultiStepLR(optimizer, milestones=cfg.training.scheduler.milestones)` stepped every batch: the milestones
+    live in a yaml this file does not declare (300000 steps there), so the cadence is not judged. A literal
+    `StepLR(optimizer, 30)` stepped every batch of a loader loop still is."""
+    src = """
+    import torch
+
+    def train(model, data, optimizer, args):
+        lr_scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=30, gamma=0.5)
+        for epoch in range(args.epochs):
+            optimizer.zero_grad()
+            loss = model(data.cuda(non_blocking=True)).mean()
+            loss.backward()
+            optimizer.step()
+            lr_scheduler.step()
+
+    def train_zs(model, loader, optimizer, cfg):
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=cfg.training.scheduler.milestones)
+        for epoch in range(10):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+    """
+    hits = found(src)
+    assert (11, "HL014") not in hits and (21, "HL014") not in hits
+    literal = src.replace("milestones=cfg.training.scheduler.milestones", "milestones=[30, 60]")
+    assert (21, "HL014") in found(literal)
