@@ -128,16 +128,18 @@ def module_instance(model: Any, name: str) -> bool:
     return cache[name]
 
 
-def backward_after(body: list[ast.AST], name: str, line: int) -> bool:
-    """`name.backward()` runs after the assignment at `line` and before the name's next assignment: what was
-    assigned there is a tensor, whatever the type model made of its value (compound-word-transformer's
-    `loss = (losses[0] + ... + losses[6]) / 7` of a model's tuple, then `loss.backward()`)."""
-    later = [n.lineno for n in body if isinstance(n, ast.Assign) and n.lineno > line
-             and any(name in target_names(t) for t in n.targets)]  # fmt: skip
-    end = min(later, default=10**9)
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
-               and dotted(n.args[0] if n.args else n.func.value) == name and line < n.lineno < end
-               for n in body)  # fmt: skip
+def backed_up(model: Any, body: list[ast.AST]) -> set[tuple[int, str]]:
+    """(id of the assignment, name) for each assignment that reaches a `name.backward()` (or the loss of
+    `accelerator.backward(loss)`): what was assigned there is a tensor, whatever the type model made of its value
+    (compound-word-transformer's `loss = (losses[0] + ... + losses[6]) / 7` of a model's tuple)."""
+    out = set()
+    for n in body:
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward":
+            name = dotted(n.args[0] if n.args else n.func.value)
+            s = assignment_before(model.parent, n, lambda a, name=name: any(name in target_names(t) for t in a.targets))
+            if name and s is not None:
+                out.add((id(s), name))
+    return out
 
 
 def summed_loss(mi: Any, target: ast.expr, fn: ast.AST) -> bool:

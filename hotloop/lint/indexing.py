@@ -11,7 +11,7 @@ import re
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
-from hotloop.lint.syntax import data0
+from hotloop.lint.syntax import assignment_before, data0
 
 # PyTorch 0.3 (`loss.data[0]`, `Variable(x, volatile=True)`): indexing a one-element tensor gave a Python number,
 # so `top1.update(prec1[0], n)` of an accuracy read the device every step (bearpaw's cifar.py, mean-teacher, TSN)
@@ -134,10 +134,9 @@ class IndexChecks:
             return False
         fn = self.mi.enclosing_function(e)
         values = assigned_values(e.id, [*walk_local(fn)])
-        before = [n for n in walk_local(fn) if isinstance(n, ast.Assign) and n.lineno < e.lineno
-                  and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
-        if before:  # the assignment the read sees (krrish94's NeRF reuses `select_inds` in another branch)
-            values = [max(before, key=lambda n: n.lineno).value]
+        seen = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+        if seen is not None:  # the assignment the read sees (krrish94's NeRF reuses `select_inds` in another branch)
+            values = [seen.value]
 
         def numpy_made(v: ast.expr) -> bool:
             if isinstance(v, ast.Call):  # (`np.array(batch)` is data, not an index)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from hotloop.lint.attributes import class_attribute_kind
 from hotloop.lint.forks import (
     RECORD,
-    backward_after,
+    backed_up,
     branch_kind,
     builtin_kind,
     captured_kind,
@@ -148,11 +148,7 @@ class KindModel:
         # Source order: `smooth = 0` is seen before `smooth = beta * smooth + (1 - beta) * loss_f`.
         body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
                       key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
-        stepped = {
-            dotted(n.args[0] if n.args else n.func.value)
-            for n in body  # type: ignore[attr-defined]
-            if isinstance(n, ast.Call) and method_name(n) == "backward"
-        }  # (`accelerator.backward(loss)`: loss)
+        backed = backed_up(self, body)  # (assignments a `.backward()` proves to hold a tensor)
         for _ in range(2):  # a second pass lets names defined from other names settle
             history: dict[str, list[tuple[int, str | None]]] = {}
             for n in body:
@@ -180,7 +176,7 @@ class KindModel:
                             history.setdefault(dotted(t), []).append((n.lineno, "none" if placeholder else k))
                         for name in target_names(t):
                             k = None if isinstance(t, ast.Tuple) and RECORD.search(name) and kind == "tensor" else kind
-                            k = "tensor" if k != "tensor" and name in stepped and backward_after(body, name, end) else k
+                            k = "tensor" if (id(n), name) in backed else k
                             if k is None and name in passed_back(self, value, info):
                                 k = "tensor"  # `a, b = random_crop(a, b)`: a tensor passed through a transform
                             history.setdefault(name, []).append((end, "none" if placeholder else k))

@@ -284,9 +284,8 @@ class HostProvenance:
                 name[6:] in self.HOST_FACTORIES or name[6:] in self.LEGACY)  # fmt: skip
         if not isinstance(e, ast.Name) or depth > 4:
             return False
-        before = [n for n in walk_local(self.mi.enclosing_function(e)) if isinstance(n, ast.Assign)
-                  and n.lineno < e.lineno and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
-        return bool(before) and self.factory_made(max(before, key=lambda n: n.lineno).value, depth + 1)
+        s = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+        return s is not None and self.factory_made(s.value, depth + 1)
 
     def host_built(self, c: ast.Call) -> bool:
         """The tensor this `.to(device)`/`.cuda()` moves was made on the host just before, in this function
