@@ -46,7 +46,7 @@ from hotloop.lint.kinds import (  # noqa: F401 (re-exported: checks import them 
     method_name,
     target_names,
 )
-from hotloop.lint.syntax import constructed, derives, method_of, walk_local  # noqa: F401 (re-exported)
+from hotloop.lint.syntax import constructed, derives, method_of, under_no_grad, walk_local  # noqa: F401 (re-exported)
 
 STEP_FUNCTION = re.compile(r"^(train|training)_step$|_(train|training)_step$|^train_one_step$|^train_batch$")
 # Methods that run once per training step by convention in BasicSR/KAIR/CycleGAN-style model classes (the loop
@@ -285,6 +285,8 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 return False
             if any(isinstance(a, ast.Constant) and a.value in ("val", "valid", "test", "eval") for a in node.args):
                 return False  # SAITS' `model_processing(data, model, "val")`: the step function's evaluation stage
+            if under_no_grad(self.parent, node):
+                return False  # pydreamer's `evaluate()` reusing `model.training_step(...)` under `torch.no_grad()`
             # A "train_step" that loops over a loader itself is an epoch function: its caller's loop runs
             # epochs, and what else that loop calls (a `test_step`) runs once per epoch, not per step.
             return not any(self._loops_over_data(fn) for fn in self.functions.get(name, []))

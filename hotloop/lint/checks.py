@@ -24,7 +24,7 @@ from hotloop.lint.branches import BranchChecks, built_once, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
 from hotloop.lint.drivers import feeds_env
 from hotloop.lint.effects import cross_file_hits, logger_reads, quiet_logger
-from hotloop.lint.evals import eval_hits
+from hotloop.lint.evals import EvalChecks, eval_hits
 from hotloop.lint.forks import DEVICE_TEST, made_module
 from hotloop.lint.formats import LOG_FUNCS, FormatChecks
 from hotloop.lint.indexing import IndexChecks
@@ -78,8 +78,8 @@ def _span(node: ast.AST, text: str) -> Edit:
     return Edit(node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0, text)
 
 
-class Checker(StructureChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks, BranchChecks,
-              FormatChecks):  # fmt: skip
+class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChecks, HostProvenance, IndexChecks,
+              BranchChecks, FormatChecks):  # fmt: skip
     def __init__(self, mi: ModuleInfo) -> None:
         self.mi = mi
         self.hits: list[Hit] = []

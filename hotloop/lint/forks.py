@@ -91,6 +91,50 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool 
     return False
 
 
+def option_element(parent: dict[ast.AST, ast.AST], e: ast.Name, options: re.Pattern[str]) -> bool:
+    """`x` bound by a comprehension over an option list (DAIN's `sum(x * y if x > 0 else 0 for x, y in
+    zip(args.alpha, pixel_loss))`, or over `range(...)`): a Python number, whatever its name."""
+    n = parent.get(e)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        for gen in getattr(n, "generators", []) if isinstance(n, (ast.ListComp, ast.GeneratorExp, ast.SetComp,
+                                                                   ast.DictComp)) else []:  # fmt: skip
+            pairs = [(gen.iter, gen.target)]
+            if (isinstance(gen.iter, ast.Call) and isinstance(gen.iter.func, ast.Name) and gen.iter.func.id == "zip"
+                    and isinstance(gen.target, ast.Tuple) and len(gen.target.elts) == len(gen.iter.args)):  # fmt: skip
+                pairs = list(zip(gen.iter.args, gen.target.elts, strict=True))
+            for src, tgt in pairs:
+                if isinstance(tgt, ast.Name) and tgt.id == e.id:
+                    is_range = isinstance(src, ast.Call) and isinstance(src.func, ast.Name) and src.func.id == "range"
+                    root = src.value if isinstance(src, ast.Attribute) else None
+                    return is_range or root is not None and bool(options.match(ast.unparse(root)))
+        n = parent.get(n)
+    return False
+
+
+def operands(e: ast.expr) -> list[ast.Name]:
+    """The bare names an arithmetic expression combines (not those inside its calls, attributes, subscripts)."""
+    if isinstance(e, ast.BinOp):
+        return operands(e.left) + operands(e.right)
+    if isinstance(e, ast.UnaryOp):
+        return operands(e.operand)
+    return [e] if isinstance(e, ast.Name) else []
+
+
+def unknown_before(name: ast.Name, info: Any) -> bool:
+    """Nothing says what `name` holds here: its assignments above are all of unknown kind, or it is a parameter
+    no call site or annotation has typed (`users ** 2` in a loss helper is no Python number for the `2`)."""
+    before = [k for line, k in info.history.get(name.id, ()) if line < getattr(name, "lineno", 0)]
+    if before:  # (nanochat's `smooth_train_loss = 0` in one branch, `= loop_state[...]` in the other: a number)
+        return all(k is None for k in before)
+    args = getattr(info.node, "args", None)
+    if args is None or name.id in info.tensors or name.id in info.scalars or name.id in ("self", "cls"):
+        return False
+    defaults = dict(zip([a.arg for a in args.args][::-1], args.defaults[::-1], strict=False))
+    if isinstance(defaults.get(name.id), ast.Constant) and defaults[name.id].value is not None:
+        return False  # `beta=0.98`: a number unless a caller says otherwise
+    return name.id in {a.arg for a in args.args}
+
+
 def compare_kind(model: Any, e: ast.Compare, info: Any) -> str | None:
     """A comparison is a tensor when a side is. Identity and membership tests (`x is None`, `k in d`), a
     comparison with a string (spotlight's `self._loss == 'adaptive_hinge'`, whose `_loss` names an option, not

@@ -17,6 +17,9 @@ from hotloop.lint.syntax import assignment_before, data0
 # so `top1.update(prec1[0], n)` of an accuracy read the device every step (bearpaw's cifar.py, mean-teacher, TSN)
 LEGACY_03 = re.compile(r"\.data\[0\]|volatile\s*=\s*True")
 ACCURACY = re.compile(r"^(ema_)?(prec|acc|top)\w*$", re.I)
+# index tensors made on the host (without `device=`): used on a device tensor, each is copied there first
+HOST_MADE = ("torch.randperm", "torch.arange", "torch.randint", "torch.from_numpy", "torch.LongTensor",
+             "torch.BoolTensor", "torch.ByteTensor")  # fmt: skip
 RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "contiguous", "view_as", "reshape_as", "expand_as"}
 
 
@@ -171,8 +174,11 @@ class IndexChecks:
                 self._host(e)):  # fmt: skip
             return True  # made in the loop: `m = torch.rand(len(x)) < 0.3` ... `x[m]` (BackgroundMattingV2)
         values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
+        if isinstance(e, ast.Name):  # the assignment the read sees: learn2learn's `idx = np.zeros(n, dtype=bool)`
+            seen = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+            values = [seen.value] if seen is not None else values  # ... `idx = torch.from_numpy(idx)`
         return bool(values) and all(
-            isinstance(v, ast.Call) and self.mi.call_name(v) in ("torch.randperm", "torch.arange", "torch.randint")
+            isinstance(v, ast.Call) and self.mi.call_name(v) in HOST_MADE
             and not any(k.arg == "device" for k in v.keywords) for v in values
         )  # fmt: skip
 

@@ -32,10 +32,13 @@ from hotloop.lint.forks import (
     module_instance,
     narrowed_away,
     numeric_default,
+    operands,
+    option_element,
     passed_back,
     progress_of_enumerate,
     read_back,
     tensor_values,
+    unknown_before,
     unpacked,
 )
 from hotloop.lint.syntax import assigned_values, dotted, is_str, method_name, read_of, refers, target_names, zeroed
@@ -62,7 +65,7 @@ READS = {"item", "tolist", "numpy"}  # methods that bring a tensor's value to Py
 SCALAR_FUNCS = {
     "float", "int", "bool", "len", "range", "str", "round", "enumerate", "zip", "isinstance", "repr", "time.time",
     "time.perf_counter", "time.monotonic", "math.sqrt", "math.exp", "math.log", "math.cos", "np.mean", "numpy.mean",
-    "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple",
+    "np.array", "numpy.array", "os.path.join", "dict", "list", "tuple", "json.load", "json.loads",
 }  # fmt: skip
 SCALAR_METHODS = READS | {"size", "dim", "numel", "__len__", "get_last_lr", "state_dict", "format", "join", "get_lr",
                           "element_size", "nelement", "keys", "items", "values", "copy", "parse_args", "decode",
@@ -87,6 +90,7 @@ class FunctionInfo:
     list_lines: dict[str, int] = field(default_factory=dict)  # where a name was last made a list of tensors
     # name -> [(line, kind)] of its assignments: the last one above a use decides, where it is known
     history: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
+    settled: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)  # the last whole pass's
 
     def tensor_list_at(self, name: str, line: int) -> bool:
         """`name` holds a list of tensors at `line`: made one, and not reassigned between (`y = np.array(y)`)."""
@@ -151,6 +155,8 @@ class KindModel:
         backed = backed_up(self, body)  # (assignments a `.backward()` proves to hold a tensor)
         for _ in range(2):  # a second pass lets names defined from other names settle
             history: dict[str, list[tuple[int, str | None]]] = {}
+            info.settled = info.history  # (attributes: every assignment in the function counts, below ones too)
+            info.history = history  # (filled as the pass goes: a use reads the assignments above it in this pass)
             for n in body:
                 if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
                     targets = n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -344,7 +350,7 @@ class KindModel:
             zeros = isinstance(e, ast.Dict) and all(isinstance(v, ast.Constant) for v in e.values)  # filled later
             return "scalar" if kinds == {"scalar"} and not zeros else None  # (EMANet's `{'loss': loss.item()}`)
         if isinstance(e, ast.Name):
-            if narrowed_away(self.parent, e):  # type: ignore[attr-defined]
+            if narrowed_away(self.parent, e) or option_element(self.parent, e, CONFIG_NAME):  # type: ignore[attr-defined]
                 return "scalar"
             if lambda_param(self.parent, e):  # type: ignore[attr-defined]
                 return "tensor" if TENSOR_NAME.search(e.id) else None  # `lambda t: t.cuda()`: not the outer t
@@ -369,7 +375,7 @@ class KindModel:
         if isinstance(e, ast.Attribute):
             if e.attr in ("shape", "dtype", "device", "ndim", "is_cuda", "requires_grad"):
                 return "scalar"
-            kinds = {k for _, k in info.history.get(dotted(e), ())} - {"none"}
+            kinds = {k for _, k in [*info.history.get(dotted(e), ()), *info.settled.get(dotted(e), ())]} - {"none"}
             if kinds:  # what this function assigns to `self.x` (anywhere in it: attributes outlive one call)
                 return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
             if CONFIG_NAME.match(dotted(e.value)):
@@ -407,8 +413,11 @@ class KindModel:
                 return "scalar"
             # Arithmetic on a Python value with names showing no sign of a tensor (`loss.item() * accum`,
             # `ema * smooth + (1 - ema) * loss_f`) is a Python number; an unknown call may return a tensor.
+            # A name assigned from something unknown is no such sign either way (LATTICE's `self.decay * regularizer`,
+            # `regularizer` a sum of `(users ** 2).sum()` over parameters not yet typed).
             if "scalar" in kinds and not any(isinstance(x, ast.Call) and self.kind(x, info) != "scalar"
-                                             for x in ast.walk(e)):  # fmt: skip
+                                             for x in ast.walk(e)) and not any(
+                    unknown_before(x, info) for x in operands(e)):  # fmt: skip
                 return "scalar"
             return None
         if isinstance(e, ast.UnaryOp):
@@ -471,7 +480,8 @@ class KindModel:
                 return k
         elif (k := self.remote_return_kind(e)) is not None:  # type: ignore[attr-defined]
             return k
-        base = name.split(".")[-2] if base == "forward" and "." in name else base  # `self.model.forward(...)`
+        if base == "forward" and "." in name and name != "self.forward":
+            return "tensor"  # `self.q_eval.forward(states)` (a DQN's network by any name): a module's output
         if (base and (MODEL_NAME.search(base) or "loss" in base.lower()) and not base[:1].isupper()
                 and not re.search(r"(scale|scaling|weight|factor|coef|type|name)s?$|loss_?scale", base)):  # fmt: skip
             return "tensor"

@@ -54,10 +54,12 @@ class LoaderChecks:
         return not any(isinstance(u, (ast.Name, ast.Attribute)) and isinstance(u.ctx, ast.Load) and dotted(u) in names
                        for u in self.mi.nodes)  # fmt: skip
 
-    def loader_missing(self, c: ast.Call, cuda: bool, reiterated: Callable[[], bool]) -> list[str]:
+    def loader_missing(self, c: ast.Call, cuda: bool, reiterated: Callable[[], bool],
+                       passed: dict[str, ast.expr] | None = None) -> list[str]:  # fmt: skip
         """The options a `DataLoader(...)` call with workers lacks (also asked by the cross-file pass, for a
-        loader a helper of the project builds and the caller re-iterates)."""
-        kws = self._loader_kwargs(c)
+        loader a helper of the project builds and the caller re-iterates; `passed`: the keywords the caller
+        hands the helper, which its `**kwargs` forwards)."""
+        kws = self._loader_kwargs(c, passed)
         if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
             return []  # **kwargs we cannot see into: the options may be in there
         args = c.args  # (a project subclass whose `__init__` hands DataLoader its options: those, dc-tts's workers=8)
@@ -101,9 +103,11 @@ class LoaderChecks:
         values = assigned_values(e.id, self.mi.nodes)
         return bool(values) and all(isinstance(v, ast.Constant) and v.value == 0 for v in values)
 
-    def _loader_kwargs(self, c: ast.Call) -> dict[str, ast.expr] | None:
+    def _loader_kwargs(self, c: ast.Call, passed: dict[str, ast.expr] | None = None) -> dict[str, ast.expr] | None:
         """The call's keywords, with `**kwargs` expanded when kwargs is a dict literal of the same function
-        (`kwargs = {'num_workers': 1, 'pin_memory': True} if cuda else {}`: the union of the branches)."""
+        (`kwargs = {'num_workers': 1, 'pin_memory': True} if cuda else {}`: the union of the branches), or the
+        function's own `**kwargs` parameter and the caller's keywords are `passed` (DeepLab's
+        `make_data_loader(args, **kwargs)` building `DataLoader(train_set, ..., **kwargs)`)."""
         out = {k.arg: k.value for k in c.keywords if k.arg}
         for k in c.keywords:
             if k.arg is not None:
@@ -111,6 +115,13 @@ class LoaderChecks:
             if not isinstance(k.value, ast.Name):
                 return None
             fn = self.mi.enclosing_function(c)
+            star = getattr(getattr(fn, "args", None), "kwarg", None)
+            if star is not None and star.arg == k.value.id:
+                if passed is None:
+                    return None
+                for key, val in passed.items():
+                    out.setdefault(key, val)
+                continue
             nodes = list(walk_local(fn)) + list(walk_local(self.mi.tree))
             values = assigned_values(k.value.id, nodes, annotated=True)
             for n in nodes:  # `kwargs.update(cuda_kwargs)`
@@ -372,7 +383,8 @@ def loaders_built(file: Path, name: str, caller: object, call: ast.Call, hops: i
             # whether the helper re-iterates it decides, not what the caller does with the result
             outer = partial(caller._reiterated, call)  # type: ignore[attr-defined]
             judge = outer if _handed_out(mi, fn, d) else partial(helper._reiterated, d)
-            missing = helper.loader_missing(d, caller.mi.uses_cuda, judge)
+            passed = caller._loader_kwargs(call)  # type: ignore[attr-defined]
+            missing = helper.loader_missing(d, caller.mi.uses_cuda, judge, passed)
             if missing:
                 out.append((Path(mi.path), d.lineno, missing))
     return out

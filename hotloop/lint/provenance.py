@@ -21,7 +21,7 @@ from hotloop.lint.syntax import assignment_before, passed_for
 # `self.qf1_target(obs2, a)` (not `build_model(cfg)`).
 MODULE_CALL = re.compile(
     r"^(?!(build|create|get|make|load|init|setup|compute)_)(model|net\w*|\w*_(model|net)|encoder|decoder|generator|"
-    r"discriminator|teacher|student|actor|critic|qf\d?|q_?net\d?|(actor|critic|qf\d?|q_?net\d?)_target)$",
+    r"discriminator|teacher|student|actor|critic|qf\d?|q_?net\d?|(actor|critic|qf\d?|q_?net\d?)_target|forward)$",
     re.I,
 )
 
@@ -71,7 +71,9 @@ class HostProvenance:
         return bool(tensors) and all(self._host(e) for e in tensors)
 
     HOST_FACTORIES = {"from_numpy", "from_file", "tensor", "as_tensor", "empty", "zeros", "ones", "full", "arange",
-                      "randint", "randperm", "rand", "randn", "frombuffer", "linspace"}  # fmt: skip
+                      "randint", "randperm", "rand", "randn", "frombuffer", "linspace", "logspace", "eye",
+                      "hann_window", "hamming_window", "blackman_window", "bartlett_window",
+                      "kaiser_window"}  # fmt: skip
     LEGACY = {
         "Tensor",
         "FloatTensor",
@@ -109,6 +111,13 @@ class HostProvenance:
             if s is not None and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple) and isinstance(
                     s.value, ast.Name):  # fmt: skip
                 return self._host(s.value, depth + 1)  # `points, target = data` just above, `data` a host batch
+            if s is not None and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name) and any(
+                    isinstance(x, ast.Call) and method_name(x) == "cpu" for x in ast.walk(s.value)) and not any(
+                    isinstance(n, (ast.Assign, ast.AugAssign)) and s.lineno < n.lineno < e.lineno
+                    and e.id in {x for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                                 for x in target_names(t)}
+                    for n in walk_local(fn)) and self._host(s.value, depth + 1):  # fmt: skip
+                return True  # the assignment that reaches the read: `correct = correct.cpu().sum()` (relationnet)
             for n in self.mi.enclosing_loops(e):  # `for a in acc: a.item()` in a step where `a` was a device batch
                 if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
                     stores = [x for x in walk_local(n) if isinstance(x, (ast.Assign, ast.AugAssign))]
