@@ -118,6 +118,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 self.percent_format(node)
         if "LR" in src or "sched" in src:
             self.schedulers()
+            self.plateau_reads()
         if "DistributedSampler" in src:
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (
@@ -222,7 +223,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             if (self._save_helper_in_place(c) or (name == "torch.save" or name.endswith("save_on_master"))
                     and self._checkpoint_payload(c)
                     and not self._replaced_atomically(c)
-                    and not self._fresh_path(c) and not self._fresh_copy_beside(c)):  # fmt: skip
+                    and not self._fresh_path(c)):  # fmt: skip
                 self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
             if meth == "append" and c.args and mi.in_hot(c) and not under_no_grad(mi.parent, c):
                 arg = c.args[0]

@@ -100,7 +100,9 @@ class LoaderChecks:
                 isinstance(d, ast.Constant) and d.value == 0 for d in params)  # fmt: skip
         if not isinstance(e, ast.Name):
             return False
-        values = assigned_values(e.id, self.mi.nodes)
+        # the function's own assignments decide (ChatLM's `num_workers = 0` in `train`; `test` sets 4 for itself)
+        own = assigned_values(e.id, walk_local(self.mi.enclosing_function(e)))
+        values = own or assigned_values(e.id, self.mi.nodes)
         return bool(values) and all(isinstance(v, ast.Constant) and v.value == 0 for v in values)
 
     def _loader_kwargs(self, c: ast.Call, passed: dict[str, ast.expr] | None = None) -> dict[str, ast.expr] | None:

@@ -118,6 +118,10 @@ class SaveChecks:
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
         # `torch.save(self.args, join(model_dir, "training_args.bin"))` beside `model.save_pretrained(model_dir)`
         # (R-BERT, JointBERT): a file of the checkpoint directory the run saves its weights into
+        what = ast.unparse(c.args[0]) + " " + ast.unparse(c.args[1]) if len(c.args) > 1 else ""
+        if re.search(r"\.(pth|ckpt)(\.tar)?\b", what) and not re.search(r"eval|stat|metric|log|result|score|hist",
+                                                                         what, re.I):  # fmt: skip
+            return True  # SinGAN's `torch.save(z_opt, '%s/z_opt.pth' % opt.outf)`: saved as a checkpoint file
         return bool(PAYLOAD.search(text)) or any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
                                                  for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
 
@@ -159,18 +163,6 @@ class SaveChecks:
         text = ast.unparse(path)
         return any(isinstance(n, ast.Call) and self.mi.call_name(n).startswith("torch.load") and n.args
                    and ast.unparse(n.args[0]) == text for n in self.mi.nodes)  # fmt: skip
-
-    def _fresh_copy_beside(self, c: ast.Call) -> bool:
-        """`save(state, f"model_{epoch}.pth")` then `save(state, "checkpoint.pth")`: the in-place file is only
-        the latest alias of a per-epoch copy, so a torn write loses nothing."""
-        parent = self.mi.parent.get(c)
-        block = self.mi.parent.get(parent) if isinstance(parent, ast.Expr) else None
-        body = getattr(block, "body", [])
-        return any(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value is not c
-                   and re.search(r"save", self.mi.call_name(s.value)) and self._fresh_path(s.value)
-                   and not re.search(r"image|img|fig|plot|sample|grid|video|audio|wav", self.mi.call_name(s.value),
-                                     re.I)
-                   for s in body)  # fmt: skip
 
     def _replaced_atomically(self, c: ast.Call) -> bool:
         fn = self.mi.enclosing_function(c)

@@ -26,6 +26,22 @@ class ScheduleChecks:
     def add(self, code: str, node: ast.AST, message: str) -> None:  # pragma: no cover (Checker's)
         raise NotImplementedError
 
+    def tensor(self, e: ast.expr) -> bool:  # pragma: no cover (Checker's)
+        raise NotImplementedError
+
+    def plateau_reads(self) -> None:
+        """`scheduler.step(loss)` on PyTorch's `ReduceLROnPlateau` every step: it takes `float(metrics)`, a host
+        read of a device loss each call (BBDM steps it every update with the training loss). Per epoch, with a
+        validation number, it reads nothing per step."""
+        plateaus = {dotted(t) for n in self.mi.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                    and self.mi.call_name(n.value).endswith("ReduceLROnPlateau")
+                    and self.mi.call_name(n.value).startswith("torch.") for t in n.targets} - {""}  # fmt: skip
+        for n in self.mi.nodes:
+            if (plateaus and isinstance(n, ast.Call) and method_name(n) == "step" and n.args
+                    and dotted(n.func.value) in plateaus and self.mi.in_hot(n) and self.tensor(n.args[0])):  # type: ignore[attr-defined]  # fmt: skip
+                self.add("HL001", n, f"`{ast.unparse(n)[:60]}`: ReduceLROnPlateau takes `float()` of the tensor, "
+                                     "a host read every step")  # fmt: skip
+
     def schedulers(self) -> None:
         kinds: dict[str, str | None] = {}
         mixed: set[str] = set()  # `scheduler = CosineAnnealingLR(...)` or `= ReduceLROnPlateau(...)` by a flag

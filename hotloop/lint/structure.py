@@ -264,6 +264,8 @@ class StructureChecks:
                             or isinstance(value, ast.Call) and self._divided(value, fn, depth)
                             or isinstance(value, (ast.Name, ast.Attribute)) and dotted(value) != key and depth < 3
                             and self._divided(value, fn, depth + 1)  # `loss = -pg_obj` after `pg_obj /= n`
+                            or isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Sub)) and depth < 3
+                            and all(self._divided(x, fn, depth + 1) for x in (value.left, value.right))  # FCGF
                         ):  # fmt: skip
                             return True
                 if isinstance(n, ast.With) and depth < 3:  # `with amp.scale_loss(loss, opt) as scaled_loss:`

@@ -5,8 +5,9 @@ alarms they raised on the way (scored on the whole labelled set)."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
-from hotloop.lint import lint_source
+from hotloop.lint import lint_paths, lint_source
 
 
 def found(src: str, path: str = "<string>") -> list[tuple[int, str]]:
@@ -251,8 +252,8 @@ def test_a_validation_loop_under_no_grad_that_never_leaves_training_mode():
     assert not [h for h in found(fixed) if h[1] == "HL018"]
     # maskrcnn-benchmark switches to training mode right before its validation on purpose (its detectors return
     # losses only there): a `model.train()` just above the loop (or its `with torch.no_grad():`) is deliberate
-    deliberate = src.replace("            for i, (x, y) in enumerate(val_loader):",
-                             "            model.train()\n            for i, (x, y) in enumerate(val_loader):")  # fmt: skip
+    loop = "            for i, (x, y) in enumerate(val_loader):"
+    deliberate = src.replace(loop, "            model.train()\n" + loop)
     assert not [h for h in found(deliberate) if h[1] == "HL018"]
 
 
@@ -376,3 +377,205 @@ def test_loader_options_handed_to_a_builder_through_kwargs_are_read(tmp_path):
     assert "persistent_workers" in hits[(7, "HL011")] and "pin_memory" not in hits[(7, "HL011")]
     script.write_text(script.read_text().replace("'num_workers': args.workers", "'num_workers': 0"))
     assert not [f for f in lint_source(script.read_text(), str(script)) if f.code == "HL011"]
+
+
+def test_a_tensor_saved_to_a_fixed_checkpoint_file_is_training_state():
+    """SinGAN saves its fixed reconstruction noise with `torch.save(z_opt, '%s/z_opt.pth' % opt.outf)` every 500
+    iterations: the name says nothing, but a `.pth` file is what a run reloads, and a crash mid-write tears it
+    (HL021). A NumPy dump of the same tensor is not reported."""
+    src = """
+    import torch
+
+    def train_single_scale(netD, netG, opt, z_opt):
+        for epoch in range(opt.niter):
+            loss = netD(netG(z_opt))
+            opt.optimizer.zero_grad()
+            loss.backward()
+            opt.optimizer.step()
+            if epoch % 500 == 0:
+                torch.save(z_opt, '%s/z_opt.pth' % (opt.outf))
+    """
+    assert (11, "HL021") in found(src)
+    assert not [h for h in found(src.replace("z_opt.pth", "z_opt.npy")) if h[1] == "HL021"]
+
+
+def test_a_plateau_scheduler_stepped_with_the_loss_every_step_reads_it():
+    """PyTorch's `ReduceLROnPlateau.step(metrics)` takes `float(metrics)`: stepped with the training loss every
+    update (BBDM), it reads the device loss each time (HL001). Stepped once per epoch with a validation number it
+    is not reported."""
+    src = """
+    import torch
+
+    def train(model, loader, val, opt, epochs):
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5)
+        for epoch in range(epochs):
+            for x, y in loader:
+                loss = model(x.cuda(non_blocking=True), y.cuda(non_blocking=True))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                scheduler.step(loss)
+            scheduler.step(evaluate(model, val))
+    """
+    hits = found(src)
+    assert (12, "HL001") in hits and (13, "HL001") not in hits
+
+
+def test_a_loss_summed_from_terms_each_divided_in_place_is_divided():
+    """FCGF: `pos_loss /= iter_size; neg_loss /= iter_size; loss = pos_loss + w * neg_loss; loss.backward()` with
+    the optimizer stepped every `iter_size` batches: every term is divided, so the sum is (no HL016). Without
+    `pos_loss /= iter_size` that term is accumulated at full weight."""
+    src = """
+    import torch
+
+    def train(model, loader, opt, iter_size, neg_weight):
+        for i, (x, y) in enumerate(loader):
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            pos_loss, neg_loss = model(x, y)
+            pos_loss /= iter_size
+            neg_loss /= iter_size
+            loss = pos_loss + neg_weight * neg_loss
+            loss.backward()
+            if (i + 1) % iter_size == 0:
+                opt.step()
+                opt.zero_grad()
+    """
+    assert not [h for h in found(src) if h[1] == "HL016"]
+    assert [h for h in found(src.replace("            pos_loss /= iter_size\n", "")) if h[1] == "HL016"]
+
+
+def test_a_worker_count_set_to_zero_in_the_function_building_the_loader():
+    """ChatLM: `num_workers = 0` in `train()` before its loaders, while `test()` sets `num_workers = 4` for its
+    own: the assignment in the building function decides, so the training loaders have no workers (no HL011)."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    class Trainer:
+        def train(self, ds, model, opt, epochs):
+            num_workers = 0
+            loader = DataLoader(ds, batch_size=8, shuffle=True, num_workers=num_workers)
+            for epoch in range(epochs):
+                for x in loader:
+                    model(x.cuda(non_blocking=True)).backward()
+                    opt.step()
+
+        def test(self, ds):
+            num_workers = 4
+            return DataLoader(ds, batch_size=8, num_workers=num_workers, pin_memory=True)
+    """
+    assert (8, "HL011") not in found(src)
+
+
+def test_an_override_called_from_a_grandparents_loop_in_another_file_is_hot(tmp_path):
+    """BBDM: `BaseRunner.train()` (runners/BaseRunner.py) calls `self.loss_fn(...)` every step;
+    `BBDMRunner(DiffusionBaseRunner)` overrides `loss_fn` two classes down, in another file, and copies the batch
+    there with blocking `.to()` calls. Linted together, the override is hot in its own file (HL012 where it is
+    written), through the intermediate class."""
+    (tmp_path / "runners").mkdir()
+    (tmp_path / "runners" / "__init__.py").write_text("")
+    (tmp_path / "runners" / "base.py").write_text(
+        textwrap.dedent("""
+    import torch
+
+    class BaseRunner:
+        def train(self, loader, opt):
+            for epoch in range(self.epochs):
+                for batch in loader:
+                    loss = self.loss_fn(self.net, batch)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+        def loss_fn(self, net, batch):
+            raise NotImplementedError
+    """)
+    )
+    (tmp_path / "runners" / "diffusion.py").write_text(
+        "from runners.base import BaseRunner\n\n\nclass DiffusionBaseRunner(BaseRunner):\n"
+        "    def sample(self, n):\n        return self.net.sample(n)\n"
+    )  # fmt: skip
+    leaf = tmp_path / "runners" / "bbdm.py"
+    leaf.write_text(
+        textwrap.dedent("""
+    import torch
+    from runners.diffusion import DiffusionBaseRunner
+
+    class BBDMRunner(DiffusionBaseRunner):
+        def loss_fn(self, net, batch):
+            x, cond = batch
+            x = x.to(self.device)
+            cond = cond.to(self.device)
+            return net(x, cond)
+    """)
+    )
+    found = lint_paths([str(tmp_path / "runners" / "base.py"), str(leaf)])
+    assert {(f.line, f.code) for f in found if f.path.endswith("bbdm.py")} >= {(8, "HL012"), (9, "HL012")}
+
+
+def test_a_fixed_resume_file_beside_a_numbered_copy_is_still_written_in_place():
+    """DDIM: `torch.save(states, f"ckpt_{step}.pth")` then `torch.save(states, "ckpt.pth")`, the file `--resume`
+    loads: the numbered copy survives a crash, but the run resumes from the torn `ckpt.pth` (HL021 on the second
+    save, not the first). Labelled so by every batch that met it (DDIM, NCSN, BBDM, IDR, SinGAN); lint used to
+    excuse the alias."""
+    src = """
+    import os
+    import torch
+
+    def train(model, loader, opt, log_path, snapshot_freq):
+        step = 0
+        for epoch in range(100):
+            for x in loader:
+                step += 1
+                loss = model(x.cuda(non_blocking=True))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if step % snapshot_freq == 0:
+                    states = [model.state_dict(), opt.state_dict()]
+                    torch.save(states, os.path.join(log_path, "ckpt_{}.pth".format(step)))
+                    torch.save(states, os.path.join(log_path, "ckpt.pth"))
+    """
+    hits = found(src)
+    assert (17, "HL021") in hits and (16, "HL021") not in hits
+
+
+def test_a_save_helper_of_a_file_in_the_same_run_reports_where_it_saves(tmp_path):
+    """FUNIT: `train.py` calls `trainer.save(checkpoint_dir, it)` every `snapshot_save_iter` iterations, and
+    `Trainer.save` (trainer.py) writes `optimizer.pt` in place. Linted together, HL021 is reported once, at the
+    `torch.save` line in trainer.py, where the fix goes; linted alone, train.py reports it at the call."""
+    (tmp_path / "trainer.py").write_text(
+        textwrap.dedent("""
+    import os
+    import torch
+
+    class Trainer:
+        def __init__(self, model, opt):
+            self.model, self.opt = model, opt
+
+        def save(self, snapshot_dir, iterations):
+            torch.save(self.model.state_dict(), os.path.join(snapshot_dir, "gen_%08d.pt" % (iterations + 1)))
+            torch.save({"opt": self.opt.state_dict()}, os.path.join(snapshot_dir, "optimizer.pt"))
+    """)
+    )
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+    import torch
+    from trainer import Trainer
+
+    def main(model, opt, loader, cfg):
+        trainer = Trainer(model, opt)
+        for it, x in enumerate(loader):
+            loss = model(x.cuda(non_blocking=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if (it + 1) % cfg.snapshot_save_iter == 0:
+                trainer.save(cfg.checkpoint_dir, it)
+    """)
+    )
+    together = {(Path(f.path).name, f.line, f.code) for f in lint_paths([str(script), str(tmp_path / "trainer.py")])}
+    assert ("trainer.py", 11, "HL021") in together and ("train.py", 13, "HL021") not in together
+    alone = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    assert (13, "HL021") in alone
