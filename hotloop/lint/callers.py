@@ -14,12 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, dotted
-from hotloop.lint.imports import Project, defining, find_def, instance_target, not_a_step, remote_steps
+from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
 from hotloop.lint.syntax import parse_source
 
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
-SAVES_CALLED: dict[str, set[str]] = {}  # resolved file -> the save helpers the run's other files' training loops call
-SAVE_NAME = re.compile(r"save|checkpoint|ckpt", re.I)
 ANALYSED: dict[str, ModuleInfo | None] = {}  # resolved file -> its analysis, made once per run (lint reuses it)
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
 LOOPS = re.compile(r"^\s*(for|while)\s|^class ", re.M)  # loops, or classes that may inherit them
@@ -38,7 +36,6 @@ def linting(files: list[Path]) -> Iterator[None]:
     finally:
         LINTED.clear()
         HOT_CALLED.clear()
-        SAVES_CALLED.clear()
         ANALYSED.clear()
 
 
@@ -89,7 +86,6 @@ def mark_remote(mi: ModuleInfo) -> bool:
 def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
     """Record, for the run's files, the functions the other files call from their hot regions."""
     HOT_CALLED.clear()
-    SAVES_CALLED.clear()
     for mi in analysed:
         project = Project.of(mi)
         if not (project.names or project.modules):
@@ -97,17 +93,12 @@ def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
         mark_remote(mi)
         _inherited(mi, linted)
         for c in mi.nodes:
-            if not isinstance(c, ast.Call) or not mi.in_training_loop(c) or (target := project.callee(c)) is None:
+            if not isinstance(c, ast.Call) or not mi.in_hot(c) or (target := project.callee(c)) is None:
                 continue
             file, name = defining(*target)
             here = str(file.resolve())
-            if here not in linted or here == str(Path(mi.path).resolve()):
-                continue
-            if mi.in_hot(c) and not not_a_step(name):
+            if here in linted and here != str(Path(mi.path).resolve()) and not not_a_step(name):
                 HOT_CALLED.setdefault(here, set()).add(name)
-            elif SAVE_NAME.search(name.rpartition(".")[2]):  # FUNIT's `trainer.save(...)` every N iterations
-                file, name = defining(*instance_target(project, c, target))
-                SAVES_CALLED.setdefault(str(file.resolve()), set()).add(name)
 
 
 def _base_of(mi: ModuleInfo, cls: ast.ClassDef) -> tuple[Path, str] | None:
@@ -170,20 +161,10 @@ def called_hot(file: Path, name: str) -> bool:
     return name in HOT_CALLED.get(str(file.resolve()), ())
 
 
-def saved_there(file: Path, name: str) -> bool:
-    """The save helper `name` of `file` is called from another file's training loop in this run: its own lint
-    judges its saves, where they are written (the call site leaves them to it)."""
-    return name in SAVES_CALLED.get(str(file.resolve()), ())
-
-
 def mark_called(mi: ModuleInfo) -> None:
     """Make hot, in `mi`'s own analysis, what the run's other files call every step."""
     names = HOT_CALLED.get(str(Path(mi.path).resolve()), ()) if mi.path and not mi.path.startswith("<") else ()
     fns = [fn for n in sorted(names) if (fn := find_def(mi.tree, n)) is not None]
-    saves = SAVES_CALLED.get(str(Path(mi.path).resolve()), ()) if mi.path and not mi.path.startswith("<") else ()
-    savers = [fn for n in sorted(saves) if (fn := find_def(mi.tree, n, ())) is not None]
-    mi.train_functions.update(savers)  # (training code: its saves are judged as the training loop's)
     if fns:
         mi.device_code = True  # its callers move data to the device for it
-    if fns or savers:
         mi.propagate(*fns)

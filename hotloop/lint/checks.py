@@ -28,7 +28,7 @@ from hotloop.lint.evals import EvalChecks, eval_hits
 from hotloop.lint.forks import DEVICE_TEST, made_module
 from hotloop.lint.formats import LOG_FUNCS, FormatChecks
 from hotloop.lint.indexing import IndexChecks
-from hotloop.lint.loaders import LoaderChecks, loader_class
+from hotloop.lint.loaders import LoaderChecks, loader_class, own_loader
 from hotloop.lint.provenance import HostProvenance, moves_to_device
 from hotloop.lint.rules import SYNC_CODES as SYNC_RULES
 from hotloop.lint.saves import SaveChecks
@@ -218,7 +218,10 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):
                 self.add("HL025", c, "a new function is compiled every iteration: torch.compile recompiles")
         if mi.in_training_loop(c):
-            if name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") and hot and not self._deliberate(c):
+            # (also nvdiffrec's `torch.cuda.current_stream().synchronize()`)
+            stream_sync = meth == "synchronize" and re.search(r"current_stream\(|default_stream\(", ast.unparse(c))
+            barrier = name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") or stream_sync
+            if barrier and hot and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
             if (self._save_helper_in_place(c) or (name == "torch.save" or name.endswith("save_on_master"))
                     and self._checkpoint_payload(c)
@@ -264,7 +267,8 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 self.add("HL004", c, f"Python `{name}` over tensors compares/adds on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
-        if base in ("DataLoader", "WebLoader", "StatefulDataLoader") or base[:1].isupper() and loader_class(mi, c):
+        if (base in ("DataLoader", "WebLoader", "StatefulDataLoader") and not own_loader(mi, c)
+                or base[:1].isupper() and loader_class(mi, c)):  # fmt: skip
             self.dataloader(c)
         if meth == "zero_" and hot and not c.args and a_grad(c.func.value) and not made_here(mi, c.func.value):  # type: ignore[attr-defined]
             self.add("HL013", c, f"`{_src(c)}` writes zeros into the gradient every step (what `zero_grad("

@@ -62,7 +62,7 @@ def project_root(file: Path, imported: list[Path]) -> Path | None:
 
 
 _ON_DEVICE: dict[Path, bool] = {}
-CUDA = re.compile(r"\.cuda\(|[\"']cuda(:\d+)?[\"']|cuda\.is_available\(")
+CUDA = re.compile(r"\.cuda\(|[\"']cuda(:[^\"']*)?[\"']|cuda\.is_available\(")  # (also `"cuda:{}".format(gpu)`, DICE)
 
 
 def project_on_device(file: Path) -> bool:

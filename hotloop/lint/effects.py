@@ -23,7 +23,7 @@ from typing import Any
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, target_names, walk_local
 from hotloop.lint.branches import built_once
-from hotloop.lint.callers import LINTED, called_hot, linting, saved_there  # noqa: F401 (linting re-exported)
+from hotloop.lint.callers import LINTED, called_hot, linting  # noqa: F401 (linting re-exported)
 from hotloop.lint.classes import guess
 from hotloop.lint.drivers import feeds_env
 from hotloop.lint.gates import TARGETS, is_gate
@@ -426,8 +426,8 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
             # claim then; a path the helper builds without them is in place whatever the call passes.
             leaves = then_leaves(mi, c)
             target = instance_target(project, c, target)
-            if _own_training(*target) or saved_there(*defining(*target)):
-                continue  # an epoch function or save helper whose file is linted in this run: it reports the save
+            if _own_training(*target):
+                continue  # an epoch function whose file is linted in this run: its own lint reports the save
             for line, message, _ in [
                 h for h in saves_in(*target) if not (h[2] and varying_args(mi, c, h[2]) or leaves)
             ][:1]:

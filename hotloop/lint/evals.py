@@ -89,11 +89,7 @@ class EvalChecks:
         loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
         # `def predict(self, X): self.network.eval(); for data in loader: self.network(data)` (any name): a
         # function that trains nothing, puts a model in eval mode itself and loops over data evaluates
-        own_eval = (any(isinstance(n, ast.For) and self.mi._iterates_data(n.iter) for n in loops)
-                    and not any(loop in self.mi.train_loops for loop in loops) and fn not in self.mi.train_functions
-                    and any(isinstance(n, ast.Call) and method_name(n) == "eval" and not n.args
-                            for n in walk_local(fn)))  # fmt: skip
-        if not (EVAL_FUNCTION.match(fn.name) or own_eval) and flag is None and evals is None:
+        if not (EVAL_FUNCTION.match(fn.name) or self._own_eval(fn)) and flag is None and evals is None:
             return
 
         # (or what the function itself put in eval mode: `self.refiner.eval()` ... `self.refiner(lr, scale)`, CARN)
@@ -179,7 +175,7 @@ class EvalChecks:
                 and not self._after_eval(loop):  # fmt: skip
             return
         fn = self.mi.enclosing_function(loop)
-        if re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I):
+        if re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I) or self._own_eval(fn):
             return  # the function-level check covers it
         body = list(walk_local(loop))
         direct = any(isinstance(n, ast.Call) and RUNS_MODEL.search(call_name(n).split(".")[-1] or "-") for n in body)
@@ -187,6 +183,7 @@ class EvalChecks:
         if any(is_step_call(n) for n in body) or not direct and helper is None:
             return
         grad_off = any(re.search(r"no_grad|inference_mode", ast.unparse(d)) for d in getattr(fn, "decorator_list", []))
+        grad_off = grad_off or grad_off_at(self.mi, loop)  # (TAPE's `torch.set_grad_enabled(False)` above the loop)
         n = self.mi.parent.get(loop)
         while n is not None and n is not fn and not grad_off:
             if isinstance(n, ast.With) and any(GRAD_OFF.search(ast.unparse(i.context_expr)) for i in n.items):
@@ -205,6 +202,15 @@ class EvalChecks:
             self.add("HL018", helper or loop, f"`for ... in {src(loop.iter)}` runs the model without `torch.no_grad()`"
                      + (f" (in `{call_name(helper)}(...)`)" if helper is not None else "") + ": "
                      "activations are kept")  # fmt: skip
+
+    def _own_eval(self, fn: ast.AST) -> bool:
+        """A function that trains nothing, puts a model in eval mode itself and loops over data: it evaluates,
+        and `evaluation` judges it whole (the inline check leaves its loops alone: one finding, not two)."""
+        loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
+        return (any(isinstance(n, ast.For) and self.mi._iterates_data(n.iter) for n in loops)
+                and not any(loop in self.mi.train_loops for loop in loops) and fn not in self.mi.train_functions
+                and any(isinstance(n, ast.Call) and method_name(n) == "eval" and not n.args
+                        for n in walk_local(fn)))  # fmt: skip
 
     def _train_just_before(self, loop: ast.AST) -> bool:
         """`model.train()` as the statement right before the one holding the loop (maskrcnn-benchmark switches to

@@ -452,6 +452,13 @@ def _through_super(cls: ast.ClassDef, c: ast.Call) -> dict[str, ast.expr] | None
     return out
 
 
+def own_loader(mi: ModuleInfo, c: ast.Call) -> bool:
+    """`DataLoader(...)` constructs the file's own class of that name, not derived from PyTorch's (conv-tasnet's
+    chunk-level `class DataLoader(object)`, which builds a torch loader inside, judged there)."""
+    local = next((n for n in mi.tree.body if isinstance(n, ast.ClassDef) and n.name == call_name(c)), None)
+    return local is not None and not any(dotted(b).endswith("DataLoader") for b in local.bases)
+
+
 def loader_class_def(mi: ModuleInfo, c: ast.Call) -> ast.ClassDef | None:
     """The project class derived from `DataLoader` that `c` constructs, if it is one."""
     name = call_name(c)

@@ -116,12 +116,13 @@ class SaveChecks:
                     for f in self.mi.targets_of(v):
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Return))
                         text += " ".join(ast.unparse(r) for r in walk_local(f) if isinstance(r, ast.Assign))
+        path = c.args[1] if len(c.args) > 1 else ast.Constant("")
+        files = [x.value for x in ast.walk(path) if isinstance(x, ast.Constant) and isinstance(x.value, str)]
+        named = " ".join([ast.unparse(c.args[0]), *files])  # (the file's name, not its folder's)
+        if re.search(r"\.(pth|ckpt)(\.tar)?\b", named) and not re.search(r"eval|stat|log|result|score|hist", named):
+            return True  # SinGAN's `torch.save(z_opt, '%s/z_opt.pth' % opt.outf)`: saved as a checkpoint file
         # `torch.save(self.args, join(model_dir, "training_args.bin"))` beside `model.save_pretrained(model_dir)`
         # (R-BERT, JointBERT): a file of the checkpoint directory the run saves its weights into
-        what = ast.unparse(c.args[0]) + " " + ast.unparse(c.args[1]) if len(c.args) > 1 else ""
-        if re.search(r"\.(pth|ckpt)(\.tar)?\b", what) and not re.search(r"eval|stat|metric|log|result|score|hist",
-                                                                         what, re.I):  # fmt: skip
-            return True  # SinGAN's `torch.save(z_opt, '%s/z_opt.pth' % opt.outf)`: saved as a checkpoint file
         return bool(PAYLOAD.search(text)) or any(isinstance(x, ast.Call) and method_name(x) == "save_pretrained"
                                                  for x in walk_local(self.mi.enclosing_function(c)))  # fmt: skip
 

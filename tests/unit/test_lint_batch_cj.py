@@ -5,7 +5,6 @@ alarms they raised on the way (scored on the whole labelled set)."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 from hotloop.lint import lint_paths, lint_source
 
@@ -540,42 +539,92 @@ def test_a_fixed_resume_file_beside_a_numbered_copy_is_still_written_in_place():
     assert (17, "HL021") in hits and (16, "HL021") not in hits
 
 
-def test_a_save_helper_of_a_file_in_the_same_run_reports_where_it_saves(tmp_path):
-    """FUNIT: `train.py` calls `trainer.save(checkpoint_dir, it)` every `snapshot_save_iter` iterations, and
-    `Trainer.save` (trainer.py) writes `optimizer.pt` in place. Linted together, HL021 is reported once, at the
-    `torch.save` line in trainer.py, where the fix goes; linted alone, train.py reports it at the call."""
-    (tmp_path / "trainer.py").write_text(
-        textwrap.dedent("""
-    import os
-    import torch
-
-    class Trainer:
-        def __init__(self, model, opt):
-            self.model, self.opt = model, opt
-
-        def save(self, snapshot_dir, iterations):
-            torch.save(self.model.state_dict(), os.path.join(snapshot_dir, "gen_%08d.pt" % (iterations + 1)))
-            torch.save({"opt": self.opt.state_dict()}, os.path.join(snapshot_dir, "optimizer.pt"))
-    """)
+def test_a_device_chosen_as_cuda_colon_format_in_another_module_puts_the_project_on_the_gpu(tmp_path):
+    """DICE's trainer never names CUDA: `utils.get_device` returns `torch.device('cuda:{}'.format(gpu_id))` and the
+    recommender moves the batches. The project runs on the GPU, so the trainer's `running_loss += loss.item()`
+    after each step is a per-step read (HL001); a project that names no GPU anywhere stays CPU code."""
+    (tmp_path / "README.md").write_text("DICE\n")
+    (tmp_path / "utils.py").write_text(
+        "import torch\n\n\ndef get_device(gpu_id):\n    return torch.device('cuda:{}'.format(gpu_id))\n"
     )
-    script = tmp_path / "train.py"
+    script = tmp_path / "trainer.py"
     script.write_text(
         textwrap.dedent("""
     import torch
-    from trainer import Trainer
 
-    def main(model, opt, loader, cfg):
-        trainer = Trainer(model, opt)
-        for it, x in enumerate(loader):
+    class Trainer:
+        def train_one_epoch(self, dataloader, optimizer):
+            running_loss = 0.0
+            for batch_count, sample in enumerate(dataloader):
+                optimizer.zero_grad()
+                loss = self.recommender.get_loss(sample)
+                loss.backward()
+                optimizer.step()
+                running_loss += loss.item()
+            return running_loss
+    """)
+    )
+    assert (12, "HL001") in {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
+    (tmp_path / "utils.py").write_text("import torch\n\n\ndef get_device(gpu_id):\n    return torch.device('cpu')\n")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "README.md").write_text("a CPU project\n")
+    (other / "trainer.py").write_text(script.read_text())
+    assert (12, "HL001") not in {(f.line, f.code) for f in lint_source(script.read_text(), str(other / "trainer.py"))}
+
+
+def test_gradients_turned_off_by_set_grad_enabled_above_an_evaluation_loop():
+    """TAPE's `run_valid_epoch`: `torch.set_grad_enabled(False); runner.eval()` above the loop over the validation
+    loader: gradients are off for the loop (no HL018). Without the call the loop keeps its graphs."""
+    src = """
+    import torch
+
+    def run_valid_epoch(valid_loader, model):
+        torch.set_grad_enabled(False)
+        model.eval()
+        total = 0.0
+        for batch in valid_loader:
+            loss = model(batch.cuda(non_blocking=True))
+            total += loss
+        return total
+    """
+    assert not [h for h in found(src) if h[1] == "HL018"]
+    assert [h for h in found(src.replace("        torch.set_grad_enabled(False)\n", "")) if h[1] == "HL018"]
+
+
+def test_a_stream_synchronize_every_step_is_a_barrier():
+    """nvdiffrec times each iteration with `torch.cuda.current_stream().synchronize()`: the host waits for the GPU
+    every step, like `torch.cuda.synchronize()` (HL020)."""
+    src = """
+    import time
+    import torch
+
+    def train(model, loader, opt):
+        durations = []
+        for x in loader:
+            start = time.time()
             loss = model(x.cuda(non_blocking=True))
             opt.zero_grad()
             loss.backward()
             opt.step()
-            if (it + 1) % cfg.snapshot_save_iter == 0:
-                trainer.save(cfg.checkpoint_dir, it)
-    """)
-    )
-    together = {(Path(f.path).name, f.line, f.code) for f in lint_paths([str(script), str(tmp_path / "trainer.py")])}
-    assert ("trainer.py", 11, "HL021") in together and ("train.py", 13, "HL021") not in together
-    alone = {(f.line, f.code) for f in lint_source(script.read_text(), str(script))}
-    assert (13, "HL021") in alone
+            torch.cuda.current_stream().synchronize()
+            durations.append(time.time() - start)
+    """
+    assert (13, "HL020") in found(src)
+
+
+def test_a_files_own_class_named_dataloader_is_not_pytorchs():
+    """conv-tasnet (funcwj) defines `class DataLoader(object)`, a chunk-level wrapper that builds a torch loader
+    inside: `DataLoader(dataset, train=..., num_workers=...)` constructs the wrapper, whose options are not
+    PyTorch's (no HL011 there; the torch loader inside is judged where it is built)."""
+    src = """
+    import torch.utils.data as dat
+
+    def make_dataloader(dataset, num_workers=4):
+        return DataLoader(dataset, train=True, num_workers=num_workers)
+
+    class DataLoader(object):
+        def __init__(self, dataset, num_workers=4, train=True):
+            self.eg_loader = dat.DataLoader(dataset, batch_size=8, num_workers=num_workers, shuffle=train)
+    """
+    assert (5, "HL011") not in found(src)
