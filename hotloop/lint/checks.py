@@ -118,7 +118,6 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 self.percent_format(node)
         if "LR" in src or "sched" in src:
             self.schedulers()
-            self.plateau_reads()
         if "DistributedSampler" in src:
             self.samplers()
         return [h for h in self.hits if not (h.code in SYNC_RULES and (

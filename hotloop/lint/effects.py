@@ -32,7 +32,7 @@ from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
 from hotloop.lint.saves import ancestors, path_params, then_leaves, varying_args
-from hotloop.lint.syntax import assignment_before, data0, empty_copy, param_defaults
+from hotloop.lint.syntax import binding_before, data0, empty_copy, param_defaults
 
 EFFECT_CODES = {"HL001", "HL002", "HL004", "HL005", "HL013", "HL006", "HL007", "HL012", "HL020", "HL022", "HL023",
                 "HL024"}  # fmt: skip
@@ -183,7 +183,7 @@ def _moves_param(mi: ModuleInfo, c: ast.AST, entry: ast.AST | None) -> bool:
         return False
     params = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
     base = _base(recv)
-    s = assignment_before(mi.parent, c, lambda a: any(base in target_names(t) for t in a.targets))
+    s = binding_before(mi.parent, c, base)
     return base in params or s is not None and _base(s.value) in params
 
 

@@ -26,7 +26,15 @@ import re
 from typing import Any
 
 from hotloop.lint.gates import is_optimizer_step
-from hotloop.lint.syntax import assigned_values, assignment_before, dotted, param_defaults, target_names, walk_local
+from hotloop.lint.syntax import (
+    assigned_values,
+    assignment_before,
+    binding_before,
+    dotted,
+    param_defaults,
+    target_names,
+    walk_local,
+)
 
 SCALAR_BUILTINS = {"len", "int", "float", "bool", "str", "list", "tuple", "dict", "set", "sorted", "repr", "id", "type"}
 
@@ -180,7 +188,7 @@ def backed_up(model: Any, body: list[ast.AST]) -> set[tuple[int, str]]:
     for n in body:
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward":
             name = dotted(n.args[0] if n.args else n.func.value)
-            s = assignment_before(model.parent, n, lambda a, name=name: any(name in target_names(t) for t in a.targets))
+            s = binding_before(model.parent, n, name)
             if name and s is not None:
                 out.add((id(s), name))
     return out

@@ -11,7 +11,7 @@ import re
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
-from hotloop.lint.syntax import assignment_before, data0
+from hotloop.lint.syntax import binding_before, data0
 
 # PyTorch 0.3 (`loss.data[0]`, `Variable(x, volatile=True)`): indexing a one-element tensor gave a Python number,
 # so `top1.update(prec1[0], n)` of an accuracy read the device every step (bearpaw's cifar.py, mean-teacher, TSN)
@@ -137,7 +137,7 @@ class IndexChecks:
             return False
         fn = self.mi.enclosing_function(e)
         values = assigned_values(e.id, [*walk_local(fn)])
-        seen = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+        seen = binding_before(self.mi.parent, e, e.id)
         if seen is not None:  # the assignment the read sees (krrish94's NeRF reuses `select_inds` in another branch)
             values = [seen.value]
 
@@ -175,7 +175,7 @@ class IndexChecks:
             return True  # made in the loop: `m = torch.rand(len(x)) < 0.3` ... `x[m]` (BackgroundMattingV2)
         values = [e] if isinstance(e, ast.Call) else assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))])
         if isinstance(e, ast.Name):  # the assignment the read sees: learn2learn's `idx = np.zeros(n, dtype=bool)`
-            seen = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+            seen = binding_before(self.mi.parent, e, e.id)
             values = [seen.value] if seen is not None else values  # ... `idx = torch.from_numpy(idx)`
         return bool(values) and all(
             isinstance(v, ast.Call) and self.mi.call_name(v) in HOST_MADE

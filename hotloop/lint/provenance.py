@@ -15,7 +15,7 @@ import re
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
-from hotloop.lint.syntax import assignment_before, passed_for
+from hotloop.lint.syntax import binding_before, passed_for
 
 # A network called as a function: `self.model(batch)`, `netG(z)`, `self.encoder(x)`, an agent's `self.actor(obs)` or
 # `self.qf1_target(obs2, a)` (not `build_model(cfg)`).
@@ -107,7 +107,7 @@ class HostProvenance:
                 return True  # `labels[i][j] != pad` ... then `labels = labels.to(device)`: still on the host here
             if unbound_before(e, fn) and self._host_param(e, fn, depth):
                 return True  # a parameter, read before anything is assigned to it: what the callers pass
-            s = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+            s = binding_before(self.mi.parent, e, e.id)
             if s is not None and len(s.targets) == 1 and isinstance(s.targets[0], ast.Tuple) and isinstance(
                     s.value, ast.Name):  # fmt: skip
                 return self._host(s.value, depth + 1)  # `points, target = data` just above, `data` a host batch
@@ -293,7 +293,7 @@ class HostProvenance:
                 name[6:] in self.HOST_FACTORIES or name[6:] in self.LEGACY)  # fmt: skip
         if not isinstance(e, ast.Name) or depth > 4:
             return False
-        s = assignment_before(self.mi.parent, e, lambda a: any(e.id in target_names(t) for t in a.targets))
+        s = binding_before(self.mi.parent, e, e.id)
         return s is not None and self.factory_made(s.value, depth + 1)
 
     def host_built(self, c: ast.Call) -> bool:
@@ -366,7 +366,7 @@ class HostProvenance:
         name = self.mi.call_name(e)
         if MODULE_CALL.search(dotted(e.func).rpartition(".")[2]):
             return True  # a module's outputs live on its device (VoiceCraft's `out = self.model(batch)`, `out['loss']`)
-        if name.startswith("torch.") and name.split(".")[-1] in {*self.HOST_FACTORIES, "eye"}:  # `torch.rand(n)`
+        if name.startswith("torch.") and name.split(".")[-1] in self.HOST_FACTORIES:  # `torch.rand(n)`
             device = _kw(e, "device")
             return device is not None and not (isinstance(device.value, ast.Constant) and device.value.value == "cpu")
         meth = method_name(e) if isinstance(e.func, ast.Attribute) and not name.startswith("torch.") else ""
@@ -423,7 +423,7 @@ class HostProvenance:
         """The value last assigned to `name` in the statements before `at`'s, in its block or the blocks
         around it (not across a function boundary). With `unpack`, an unpacking gives `name`'s element
         (`a, b = a.to(d), b.to(d)`) or the call whose outputs it takes (`logit, cam, _ = self.disGA(x)`)."""
-        s = assignment_before(self.mi.parent, at, lambda a: any(name in target_names(t) for t in a.targets))
+        s = binding_before(self.mi.parent, at, name)
         if s is None:
             return None
         single = len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)

@@ -29,27 +29,17 @@ class ScheduleChecks:
     def tensor(self, e: ast.expr) -> bool:  # pragma: no cover (Checker's)
         raise NotImplementedError
 
-    def plateau_reads(self) -> None:
-        """`scheduler.step(loss)` on PyTorch's `ReduceLROnPlateau` every step: it takes `float(metrics)`, a host
-        read of a device loss each call (BBDM steps it every update with the training loss). Per epoch, with a
-        validation number, it reads nothing per step."""
-        plateaus = {dotted(t) for n in self.mi.nodes if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-                    and self.mi.call_name(n.value).endswith("ReduceLROnPlateau")
-                    and self.mi.call_name(n.value).startswith("torch.") for t in n.targets} - {""}  # fmt: skip
-        for n in self.mi.nodes:
-            if (plateaus and isinstance(n, ast.Call) and method_name(n) == "step" and n.args
-                    and dotted(n.func.value) in plateaus and self.mi.in_hot(n) and self.tensor(n.args[0])):  # type: ignore[attr-defined]  # fmt: skip
-                self.add("HL001", n, f"`{ast.unparse(n)[:60]}`: ReduceLROnPlateau takes `float()` of the tensor, "
-                                     "a host read every step")  # fmt: skip
-
     def schedulers(self) -> None:
         kinds: dict[str, str | None] = {}
+        plateaus: set[str] = set()  # PyTorch's ReduceLROnPlateau: its `step(metrics)` takes `float(metrics)`
         mixed: set[str] = set()  # `scheduler = CosineAnnealingLR(...)` or `= ReduceLROnPlateau(...)` by a flag
         for n in self.mi.nodes:
             if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call):
                 base = call_name(n.value).split(".")[-1]
                 kind = None
                 resolved = self.mi.call_name(n.value)
+                if resolved.startswith("torch.") and base == "ReduceLROnPlateau":
+                    plateaus.update(d for t in n.targets if (d := dotted(t)))
                 if "." in resolved and not resolved.startswith("torch."):
                     kind = None  # a project's own class (`utils.ReduceLROnPlateau` wrapping the optimizer)
                 elif base in PER_BATCH_SCHED or base == "LambdaLR" and "warmup" in ast.unparse(n.value).lower():
@@ -71,6 +61,11 @@ class ScheduleChecks:
         kinds = {k: v for k, v in kinds.items() if v and k not in mixed}
         self._outside_update()
         for n in self.mi.nodes:
+            if (isinstance(n, ast.Call) and method_name(n) == "step" and n.args and dotted(n.func.value) in plateaus  # type: ignore[attr-defined]
+                    and self.mi.in_hot(n) and self.tensor(n.args[0])):  # fmt: skip
+                # BBDM steps it with the training loss every update: a host read of the loss each time
+                self.add("HL001", n, f"`{ast.unparse(n)[:60]}`: ReduceLROnPlateau takes `float()` of the tensor, "
+                                     "a host read every step")  # fmt: skip
             if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
                 kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
                 hot = self.mi.in_hot(n)

@@ -150,6 +150,11 @@ def assignment_before(
     return None
 
 
+def binding_before(parent: dict[ast.AST, ast.AST], at: ast.AST, name: str) -> ast.Assign | None:
+    """The last assignment to `name` (a target of it, tuples unpacked) before `at`, as `assignment_before` finds it."""
+    return assignment_before(parent, at, lambda a: any(name in target_names(t) for t in a.targets))
+
+
 def _last_binding(stmts: list[ast.stmt], binds: Callable[[ast.Assign], bool]) -> ast.Assign | None:
     """The last of `stmts` that `binds` accepts, looking into `with` bodies, which always run (VoiceCraft's
     `with autocast(): out = self.model(batch)`, then `out['loss']` below it)."""
