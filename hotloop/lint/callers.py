@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, dotted
+from hotloop.lint.classes import CUDA
 from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
 from hotloop.lint.syntax import parse_source
 
@@ -168,3 +169,21 @@ def mark_called(mi: ModuleInfo) -> None:
     if fns:
         mi.device_code = True  # its callers move data to the device for it
         mi.propagate(*fns)
+    if not mi.device_code and (mi.hot_loops or mi.hot_functions):
+        mi.device_code = imports_on_device(mi)
+
+
+def imports_on_device(mi: ModuleInfo) -> bool:
+    """A project module this one imports moves tensors to a GPU (spotlight's `factorization/implicit.py` and its
+    `torch_utils.gpu`): its loops run on the device, although no root marker (README, setup.py) above it says
+    where the project starts, so `classes.project_on_device` could not scan the rest of it."""
+    project = Project.of(mi)
+    files = {*project.modules.values(), *(f for f, _ in project.names.values())}
+    return any(CUDA.search(text) for f in sorted(files) if (text := _text(f)) is not None)
+
+
+def _text(f: Path) -> str | None:
+    try:
+        return f.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError:
+        return None

@@ -49,6 +49,7 @@ from hotloop.lint.syntax import (
 )
 from hotloop.lint.totals import running_totals
 
+VALUE_NAME = re.compile(r"(loss|losses|logits|outputs?|preds?)$", re.I)  # a network's value (MMGCN's `model_loss`)
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 
 # `np.isnan(grad_norm)`: NumPy converts the tensor on the host (on CUDA it raises: the value must come back first)
@@ -183,8 +184,9 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             ):  # fmt: skip
                 self.add("HL006", c, f"`{meth or name}` has a data-dependent size: a sync every step")
             if meth in ("cpu", "numpy", "tolist") and isinstance(c.func, ast.Attribute) and not c.args:
-                recv = dotted(c.func.value)  # (`x.numpy().tolist()`: the copy is `.numpy()`'s, judged on its own)
-                if not (recv and MODEL_NAME.search(recv.split(".")[-1]) or chained_read(c) or self._host(c.func.value)):  # type: ignore[attr-defined]
+                last = dotted(c.func.value).split(".")[-1]  # (`x.numpy().tolist()`: the copy is `.numpy()`'s)
+                module = MODEL_NAME.search(last) and not VALUE_NAME.search(last)  # `model.cpu()`, not `model_loss`'s
+                if not (module or chained_read(c) or self._host(c.func.value)):  # type: ignore[attr-defined]
                     self.add("HL007", c, f"`.{meth}()` copies to the host and waits, every step")
             if meth in ("to", "cuda") and isinstance(c.func, ast.Attribute):
                 self.transfer(c)
@@ -211,7 +213,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 name in ("torch.tensor", "torch.as_tensor")
                 and _kw(c, "device") is not None
                 and c.args
-                and (self._constant_list(c.args[0]) or self._shape_list(c.args[0]))
+                and self.python_data(c.args[0])
             ):  # fmt: skip
                 self.add("HL024", c, f"`{_src(c)}` builds host data and copies it to the device every step")
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):

@@ -83,6 +83,38 @@ def lambda_param(parent: dict[ast.AST, ast.AST], e: ast.Name) -> bool:
     return False
 
 
+def comp_binding(parent: dict[ast.AST, ast.AST], e: ast.Name) -> ast.comprehension | None:
+    """The generator of a comprehension around `e` that binds its name (`t` in `tuple(t.cuda() for t in batch)`):
+    that name is the comprehension's own, whatever the enclosing function assigns to the same name elsewhere."""
+    child, n = e, parent.get(e)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(n, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            for i, gen in enumerate(n.generators):
+                if child is gen or child in n.generators[:i]:
+                    break  # `e` is in this generator's own iterable (or an earlier one's): bound outside
+                if e.id in {t.id for t in ast.walk(gen.target) if isinstance(t, ast.Name)}:
+                    return gen
+        child, n = n, parent.get(n)
+    return None
+
+
+def inner_kind(
+    model: Any, e: ast.Name, info: Any, tensor_name: re.Pattern[str], loader_name: re.Pattern[str]
+) -> str | None:
+    """The kind of a name bound inside the expression around it, not by the function: a lambda's parameter
+    (`lambda t: t.cuda()`: by its name) or a comprehension's target (`tuple(t.cuda() for t in batch)`: by what
+    it iterates, whatever the function assigns to a `t` elsewhere, CodeBERT); "free" for any other name."""
+    if lambda_param(model.parent, e):
+        return "tensor" if tensor_name.search(e.id) else None
+    if (gen := comp_binding(model.parent, e)) is None:
+        return "free"
+    if isinstance(gen.iter, ast.Call) and model.call_name(gen.iter) == "range":
+        return "scalar"
+    if iterates_data(model, gen.iter, loader_name) or model.kind(gen.iter, info) == "tensor":
+        return "tensor"
+    return "tensor" if info.is_tensor_name(e.id) else None
+
+
 def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool = False) -> bool:
     """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there. With
     `containers`, only a narrowing to a container counts: its elements may still be tensors

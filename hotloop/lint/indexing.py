@@ -216,6 +216,15 @@ class IndexChecks:
             return bool(values) and all(const(v) for v in values)
         return const(e)
 
+    def python_data(self, e: ast.expr) -> bool:
+        """What `torch.tensor(e, device=...)` copies from the host each time: a constant list, a shape, or a list or
+        tuple written out of Python numbers (StudioGAN's `torch.tensor((x.item(), batch_size), device=rank)`,
+        DETR's `torch.as_tensor([num_boxes], device=...)`); not a list of tensors (that is a stack)."""
+        if self._constant_list(e) or self._shape_list(e):
+            return True
+        elts = e.elts if isinstance(e, (ast.List, ast.Tuple)) else []
+        return bool(elts) and not any(isinstance(x, ast.Starred) or self.kind(x) == "tensor" for x in elts)
+
     def _shape_list(self, e: ast.expr) -> bool:
         """A tensor's shape, or a slice of it: `torch.tensor(pp.shape, device=d)`, `feats[0].shape[2:]`."""
         if isinstance(e, ast.Subscript):
@@ -289,6 +298,8 @@ class IndexChecks:
             sides = (v.left, v.right)  # of a `t` of unknown kind (PointPillars' labels): numbers would give one bool
             return any(isinstance(s, ast.Compare) and self.tensor(s) for s in sides) or all(
                 isinstance(s, ast.Compare) and self.kind(s) is None for s in sides)  # fmt: skip
+        if isinstance(v, ast.Compare) and re.search(r"(^|[._])mask$", dotted(v.left)):  # sb3-contrib's
+            return all(isinstance(c, ast.Constant) for c in v.comparators)  # `mask = rollout_data.mask > 1e-8`
         return isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
 
 

@@ -27,8 +27,8 @@ from hotloop.lint.forks import (
     compare_kind,
     counter_entry,
     entry_kind,
+    inner_kind,
     iterates_data,
-    lambda_param,
     module_instance,
     narrowed_away,
     numeric_default,
@@ -352,8 +352,8 @@ class KindModel:
         if isinstance(e, ast.Name):
             if narrowed_away(self.parent, e) or option_element(self.parent, e, CONFIG_NAME):  # type: ignore[attr-defined]
                 return "scalar"
-            if lambda_param(self.parent, e):  # type: ignore[attr-defined]
-                return "tensor" if TENSOR_NAME.search(e.id) else None  # `lambda t: t.cuda()`: not the outer t
+            if (k := inner_kind(self, e, info, TENSOR_NAME, LOADER_NAME)) != "free":  # a lambda's or comprehension's
+                return k
             lines = [(line, k) for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
             pair = {lines[-1][1], lines[-2][1]} if len(lines) > 1 else set()
             if pair in ({"tensor", "scalar"}, {None, "scalar"}) and (None not in pair or TENSOR_NAME.search(e.id)):

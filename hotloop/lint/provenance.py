@@ -13,6 +13,7 @@ import ast
 import re
 
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
+from hotloop.lint.forks import comp_binding
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import binding_before, passed_for
@@ -118,6 +119,9 @@ class HostProvenance:
                                  for x in target_names(t)}
                     for n in walk_local(fn)) and self._host(s.value, depth + 1):  # fmt: skip
                 return True  # the assignment that reaches the read: `correct = correct.cpu().sum()` (relationnet)
+            gen = comp_binding(self.mi.parent, e)  # `int(i) for i in batch["index"]` before the batch is moved (OLMo)
+            if gen is not None and (source := _loop_source(gen.target, gen.iter, e.id)) is not None:
+                return self._host(source, depth + 1)
             for n in self.mi.enclosing_loops(e):  # `for a in acc: a.item()` in a step where `a` was a device batch
                 if isinstance(n, ast.For) and (source := _loop_source(n.target, n.iter, e.id)) is not None:
                     stores = [x for x in walk_local(n) if isinstance(x, (ast.Assign, ast.AugAssign))]

@@ -1,0 +1,163 @@
+"""Patterns found while scoring held-out batches CP and CQ and the whole labelled set (session 19), in our own
+words. Each test that asks for a finding fails without the change it names; the one that asks for silence guards
+that change against the false alarm it raised on the way."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from hotloop.lint import lint_paths, lint_source
+
+
+def found(src: str, path: str = "<string>") -> list[tuple[int, str]]:
+    return [(f.line, f.code) for f in lint_source(textwrap.dedent(src), path)]
+
+
+def test_a_comprehension_target_is_not_the_functions_name_of_the_same_spelling():
+    """`batch = tuple(t.to(device) for t in batch)` in the step, and `t = list(pred[0].cpu().numpy())` in the
+    evaluation further down (CodeBERT's code2nl): the `t` of the generator is an element of the batch, not the
+    function's list, so its blocking copy is HL012 (forks.inner_kind)."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main(data, model, optimizer, device, tokenizer):
+        loader = DataLoader(data, batch_size=8)
+        model.to(device)
+        for step, batch in enumerate(loader):
+            batch = tuple(t.to(device) for t in batch)
+            loss = model(*batch)
+            loss.backward()
+            optimizer.step()
+        for pred in model.generate():
+            t = pred[0].cpu().numpy()
+            t = list(t)
+            print(tokenizer.decode(t))
+    """
+    assert (9, "HL012") in found(src)
+
+
+def test_a_comprehension_over_a_batch_not_yet_moved_reads_the_host():
+    """The negative side: `"\\t".join(str(int(i)) for i in batch["index"])` before `batch = move_to_device(batch)`
+    (OLMo's `train_step`) reads a host tensor, no device sync: no HL001 (provenance follows the comprehension's
+    iterable as it follows a loop's)."""
+    src = """
+    import torch
+
+    class Trainer:
+        def train_step(self, batch):
+            if self.indices_file is not None:
+                indices = "\\t".join(str(int(i)) for i in batch["index"])
+                self.indices_file.write(indices)
+            batch = move_to_device(batch, self.device)
+            loss = self.model(**batch)
+            loss.backward()
+            self.optimizer.step()
+            return loss
+
+        def fit(self, loader):
+            self.device = torch.device("cuda")
+            for batch in loader:
+                self.train_step(batch)
+    """
+    assert not any(code == "HL001" for _, code in found(src))
+
+
+def test_a_module_imported_from_the_project_that_moves_to_the_gpu_makes_the_loop_device_code(tmp_path: Path):
+    """spotlight's `factorization/implicit.py` never says `cuda`; the `torch_utils.gpu` it imports does. Copied out
+    without the README or setup.py that mark the project's root, the project scan sees only the file's own folder;
+    the imported module still tells that the loop runs on the GPU, so `epoch_loss += loss.item()` is HL001
+    (callers.imports_on_device)."""
+    pkg = tmp_path / "spot"
+    (pkg / "factorization").mkdir(parents=True)
+    (pkg / "torch_utils.py").write_text("def gpu(tensor, gpu=False):\n    return tensor.cuda() if gpu else tensor\n")
+    trainer = pkg / "factorization" / "implicit.py"
+    trainer.write_text(
+        textwrap.dedent("""
+        import torch
+        from spot.torch_utils import gpu
+
+        class Model:
+            def fit(self, users, items, epochs):
+                for epoch in range(epochs):
+                    epoch_loss = 0.0
+                    for u, i in zip(users, items):
+                        self.optimizer.zero_grad()
+                        loss = self.loss(self.net(u, i))
+                        epoch_loss += loss.item()
+                        loss.backward()
+                        self.optimizer.step()
+        """)
+    )
+    hits = [(f.line, f.code) for f in lint_paths([str(trainer)])]
+    assert (12, "HL001") in hits
+
+
+def test_a_mask_thresholded_from_a_batch_field_named_mask_is_a_boolean_mask():
+    """`mask = rollout_data.mask > 1e-8` then `advantages[mask].mean()` in every minibatch (sb3-contrib's
+    recurrent PPO): a comparison of a field named `mask` with a number is a boolean tensor, though the rollout's
+    kind is unknown, so indexing with it is HL006 (indexing._mask_value)."""
+    src = """
+    import torch as th
+
+    def train(self):
+        for epoch in range(self.n_epochs):
+            for rollout_data in self.rollout_buffer.get(self.batch_size):
+                mask = rollout_data.mask > 1e-8
+                advantages = rollout_data.advantages
+                advantages = (advantages - advantages[mask].mean()) / (advantages[mask].std() + 1e-8)
+                loss = -th.mean(advantages[mask])
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                self.policy.optimizer.step()
+    """
+    hits = found(src, "ppo.py")
+    assert (9, "HL006") in hits and (10, "HL006") in hits
+
+
+def test_a_loss_named_after_the_model_is_a_value_not_a_module():
+    """`sum_model_loss += model_loss.cpu().item()` among `loss.cpu().item()` and `reg_loss.cpu().item()` (MMGCN):
+    `model_loss` is named for the model but ends in `loss`, a value, so its `.cpu()` is HL007 like its neighbours'
+    (checks.VALUE_NAME); `model.cpu()` still moves a module and is not."""
+    src = """
+    import torch
+
+    def train(dataloader, model, optimizer):
+        model.cuda()
+        total = 0.0
+        for user, item in dataloader:
+            optimizer.zero_grad()
+            loss, model_loss, reg_loss = model.loss(user.cuda(non_blocking=True), item.cuda(non_blocking=True))
+            loss.backward()
+            optimizer.step()
+            total += loss.cpu().item()
+            total += model_loss.cpu().item()
+            total += reg_loss.cpu().item()
+    """
+    hits = found(src)
+    assert {(12, "HL007"), (13, "HL007"), (14, "HL007")} <= set(hits)
+
+
+def test_a_tuple_of_python_numbers_copied_to_the_device_every_step_is_hl024():
+    """`self.sign_real += torch.tensor((out.sign().sum().item(), batch_size), device=rank)` every step (StudioGAN's
+    ADA bookkeeping): the tuple is Python data made in the step and copied from pageable memory each time, so the
+    call is HL024 beside the `.item()`'s HL001 (indexing.python_data); a list of tensors is a stack, not HL024."""
+    src = """
+    import torch
+
+    def train(loader, model, optimizer, rank, batch_size):
+        sign_real = torch.zeros(2, device=rank)
+        for x, y in loader:
+            x = x.to(rank, non_blocking=True)
+            out = model(x)
+            loss = out.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            sign_real += torch.tensor((out.sign().sum().item(), batch_size), device=rank)
+            stacked = torch.tensor([out, loss], device=rank)
+    """
+    hits = found(src)
+    assert (13, "HL024") in hits and (13, "HL001") in hits
+    assert (14, "HL024") not in hits
