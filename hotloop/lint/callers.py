@@ -16,11 +16,13 @@ from pathlib import Path
 from hotloop.lint.analysis import ModuleInfo, dotted
 from hotloop.lint.classes import CUDA
 from hotloop.lint.imports import Project, defining, find_def, not_a_step, remote_steps
+from hotloop.lint.structure import FORWARD_CALL
 from hotloop.lint.syntax import parse_source
 
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
 ANALYSED: dict[str, ModuleInfo | None] = {}  # resolved file -> its analysis, made once per run (lint reuses it)
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
+MODULE_BASE = re.compile(r"^class \w+\((\w+\.)*Module\b")  # `class CSDI_base(nn.Module):`
 LOOPS = re.compile(r"^\s*(for|while)\s|^class ", re.M)  # loops, or classes that may inherit them
 
 
@@ -100,6 +102,34 @@ def collect(analysed: list[ModuleInfo], linted: set[str]) -> None:
             here = str(file.resolve())
             if here in linted and here != str(Path(mi.path).resolve()) and not not_a_step(name):
                 HOT_CALLED.setdefault(here, set()).add(name)
+    _forwards(analysed)
+
+
+def _forwards(analysed: list[ModuleInfo]) -> None:
+    """A network run every step by a file of the run whose class it cannot name (CSDI's `train(model, ...)`
+    calling `model(train_batch)`, the model a parameter): every `nn.Module` subclass's `forward` in the run's
+    other files is the step's too, and what it calls (`self.get_side_info(...)`) is hot in its own file."""
+    callers = {
+        str(Path(mi.path).resolve())
+        for mi in analysed
+        if any(
+            isinstance(c, ast.Call)
+            and FORWARD_CALL.search(dotted(c.func).split(".")[-1])
+            and mi.in_hot(c)
+            and Project.of(mi).callee(c) is None
+            for c in mi.nodes
+        )  # fmt: skip
+    }
+    for mi in analysed:
+        here = str(Path(mi.path).resolve())
+        if not callers - {here}:
+            continue
+        modules: set[str] = set()  # `nn.Module` subclasses, and subclasses of those (`CSDI_Forecasting(CSDI_base)`)
+        for cls in (n for n in mi.tree.body if isinstance(n, ast.ClassDef)):
+            if MODULE_BASE.search(ast.unparse(cls)) or any(dotted(b) in modules for b in cls.bases):
+                modules.add(cls.name)
+                if any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in cls.body):
+                    HOT_CALLED.setdefault(here, set()).add(f"{cls.name}.forward")
 
 
 def _base_of(mi: ModuleInfo, cls: ast.ClassDef) -> tuple[Path, str] | None:

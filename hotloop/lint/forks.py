@@ -121,8 +121,11 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool 
     (`if isinstance(x, (list, tuple)): x = x[0]` takes the batch out of a `(x, y)` pair, ddpm-torch)."""
     child, n = e, parent.get(e)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        if isinstance(n, ast.If) and child is not n.test and child in n.body:
-            for t in ast.walk(n.test):
+        tests = [n.test] if isinstance(n, ast.If) and child is not n.test and child in n.body else []
+        if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.And) and child in n.values:  # `isinstance(o, list) and o`
+            tests = n.values[: n.values.index(child)]
+        for test in tests:
+            for t in ast.walk(test):
                 if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
                         and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
                         and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip

@@ -20,6 +20,7 @@ GATE_WORDS = {
     "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick", "statistics",
+    "done",  # an episode's end (`if player.done:` resets the environment: once an episode, A3C)
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)
 # The counters a membership test reads as a schedule (`if iteration in testing_iterations:`): narrower than

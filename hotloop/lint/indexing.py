@@ -307,11 +307,13 @@ MASK_KEY = re.compile(r"(^|_)(mask|done|dones)$")
 
 
 def _bool_made(call: ast.Call) -> bool:
-    """`t.bool()`, `torch.eye(n, dtype=torch.bool)`, and either followed by `.to(...)`/`.cuda()`."""
+    """`t.bool()`, `t.to(torch.bool)`, `torch.eye(n, dtype=torch.bool)`, and any followed by `.to(...)`/`.cuda()`."""
     e: ast.expr = call
     while isinstance(e, ast.Call):
         if method_name(e) in ("bool", "byte") or any(k.arg == "dtype" and dotted(k.value) in ("torch.bool", "bool")
                                            for k in e.keywords):  # fmt: skip
+            return True
+        if method_name(e) in ("to", "type") and e.args and dotted(e.args[-1]) == "torch.bool":  # MAE
             return True
         e = e.func.value if isinstance(e.func, ast.Attribute) else e.func
     return False

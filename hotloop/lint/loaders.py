@@ -84,7 +84,8 @@ class LoaderChecks:
         missing = []
         if cuda and not pinned:
             missing.append("`pin_memory=True` (CUDA code: copies from pageable memory are synchronous)")
-        if "persistent_workers" not in kws and reiterated():
+        keep = kws.get("persistent_workers")  # (`persistent_workers=False` written out re-forks them too: nanoVLM)
+        if (keep is None or isinstance(keep, ast.Constant) and not keep.value) and reiterated():
             missing.append("`persistent_workers=True` (workers are re-forked every epoch)")
         return missing
 

@@ -161,3 +161,143 @@ def test_a_tuple_of_python_numbers_copied_to_the_device_every_step_is_hl024():
     hits = found(src)
     assert (13, "HL024") in hits and (13, "HL001") in hits
     assert (14, "HL024") not in hits
+
+
+def test_a_networks_forward_is_the_steps_when_the_loop_cannot_name_its_class(tmp_path: Path):
+    """CSDI's `utils.train(model, config, train_loader)` calls `model(train_batch)` every step, the model a
+    parameter; `main_model.py`'s `CSDI_base.forward` (and its subclass's) runs there, and so does what it calls:
+    `torch.randint(...).to(self.device)` in `calc_loss` is HL012 in the model's file when both files are linted
+    together (callers._forwards). Linted alone, the model file has no step and says nothing."""
+    (tmp_path / "README.md").write_text("project\n")
+    (tmp_path / "utils.py").write_text(
+        textwrap.dedent("""
+        import torch
+
+        def train(model, loader, optimizer):
+            for epoch in range(10):
+                for batch in loader:
+                    optimizer.zero_grad()
+                    loss = model(batch)
+                    loss.backward()
+                    optimizer.step()
+        """)
+    )
+    (tmp_path / "model.py").write_text(
+        textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        class Base(nn.Module):
+            def __init__(self, device):
+                super().__init__()
+                self.device = device
+                self.net = nn.Linear(4, 1)
+
+            def forward(self, batch):
+                return self.calc_loss(batch.to(self.device, non_blocking=True))
+
+            def calc_loss(self, x):
+                t = torch.randint(0, 50, [x.shape[0]]).to(self.device)
+                return (self.net(x) * t).mean()
+
+        class Forecasting(Base):
+            def forward(self, batch):
+                return self.calc_loss(batch.to(self.device, non_blocking=True)) * 2
+        """)
+    )
+    together = [(Path(f.path).name, f.line, f.code) for f in lint_paths([str(tmp_path)])]
+    assert ("model.py", 15, "HL012") in together
+    alone = [(f.line, f.code) for f in lint_paths([str(tmp_path / "model.py")])]
+    assert (15, "HL012") not in alone
+
+
+def test_a_mask_cast_with_to_torch_bool_is_a_boolean_mask():
+    """`bool_masked_pos = bool_masked_pos.to(device, non_blocking=True).flatten(1).to(torch.bool)` then
+    `images_patch[bool_masked_pos]` every step (MAE's pretraining engine): `.to(torch.bool)` makes a mask as
+    `.bool()` does, so the index is HL006 (indexing._bool_made)."""
+    src = """
+    import torch
+
+    def train_one_epoch(model, loader, optimizer, device):
+        for images, bool_masked_pos in loader:
+            images = images.to(device, non_blocking=True)
+            bool_masked_pos = bool_masked_pos.to(device, non_blocking=True).flatten(1).to(torch.bool)
+            labels = images[bool_masked_pos]
+            loss = (model(images, bool_masked_pos) - labels).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (8, "HL006") in found(src)
+
+
+def test_a_value_narrowed_to_a_list_earlier_in_an_and_chain_is_not_a_tensor():
+    """`if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):` in a forward's helper
+    (our own `distill.loss.logits_of`): the bare `out` tests a list's length, not a tensor, so no HL005
+    (forks.narrowed_away reads the `and` chain as it reads an enclosing `if`)."""
+    src = """
+    import torch
+
+    def logits_of(out):
+        if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+            return out[0]
+        return out
+
+    def train(model, loader, optimizer):
+        for x in loader:
+            x = x.cuda(non_blocking=True)
+            loss = logits_of(model(x)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert not any(code == "HL005" for _, code in found(src))
+
+
+def test_persistent_workers_false_written_out_re_forks_the_workers_too():
+    """`DataLoader(..., num_workers=3, pin_memory=True, persistent_workers=False)` iterated every epoch (nanoVLM):
+    spelling the default out does not keep the workers, so it is HL011 like leaving it out
+    (loaders: `persistent_workers=False` is missing, as `pin_memory=False` is unpinned)."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def main(train_dataset, model, optimizer):
+        loader = DataLoader(train_dataset, batch_size=8, num_workers=3, pin_memory=True, persistent_workers=False)
+        for epoch in range(10):
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                loss = model(x, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """
+    assert (6, "HL011") in found(src)
+
+
+def test_an_episodes_end_is_a_boundary_not_a_step():
+    """`if player.done:` around the reset of the recurrent state and the environment (A3C's worker loop): it runs
+    once an episode, so its `torch.zeros(1, 256).cuda()` is no per-step copy (gates.GATE_WORDS has `done`); the
+    copies every update still are HL012."""
+    src = """
+    import torch
+
+    def train(player, shared_model, optimizer, num_steps):
+        while True:
+            player.model.load_state_dict(shared_model.state_dict())
+            if player.done:
+                player.cx = torch.zeros(1, 256).cuda()
+                player.hx = torch.zeros(1, 256).cuda()
+            for step in range(num_steps):
+                player.action_train()
+                if player.done:
+                    break
+            R = torch.zeros(1, 1).cuda()
+            loss = player.loss(R)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    hits = found(src)
+    assert (8, "HL012") not in hits and (9, "HL012") not in hits
+    assert (14, "HL012") in hits
