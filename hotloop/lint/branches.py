@@ -27,11 +27,25 @@ def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
         if isinstance(n, ast.If) and child is not n.test:
             t = n.test
             tests = t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t]
-            false = any(isinstance(x, ast.Constant) and not x.value for x in tests)
+            false = any(isinstance(x, ast.Constant) and not x.value or _off_by_default(mi, x) for x in tests)
             true = isinstance(t, ast.Constant) and bool(t.value)
             if false and child in n.body or true and child in n.orelse:
                 return True
         child, n = n, mi.parent.get(n)
+    return False
+
+
+def _off_by_default(mi: ModuleInfo, test: ast.expr) -> bool:
+    """`if args.deep_supervision:` whose `store_true` flag is off, `if args.batch_chunk > 1:` whose flag defaults to
+    1: an opt-in path the defaults never take (a flag the project's own run scripts set is beyond this file)."""
+    if isinstance(test, ast.Subscript) and isinstance(test.value, ast.Name) and isinstance(test.slice, ast.Constant):
+        test = ast.Attribute(value=test.value, attr=str(test.slice.value))  # `config = vars(parse_args())`
+    if isinstance(test, ast.Attribute):
+        return mi.cli_default(test, across=True) in (False, None, 0, "")
+    bound = test.comparators[0] if isinstance(test, ast.Compare) and len(test.ops) == 1 else None
+    if isinstance(bound, ast.Constant) and type(bound.value) is int and isinstance(test.ops[0], (ast.Gt, ast.NotEq)):
+        default = mi.cli_default(test.left, across=True)  # type: ignore[union-attr]
+        return type(default) is int and default == bound.value
     return False
 
 

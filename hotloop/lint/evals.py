@@ -34,6 +34,13 @@ from hotloop.lint.syntax import block_of
 EVAL_CALL = re.compile(r"^(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)", re.I)
 
 
+def _runs_by_name(c: ast.Call) -> bool:
+    """A call named for a network (`model(x)`, `self.generator(z)`), not a hand-off to an evaluation helper named
+    for what it evaluates (contriever's `beir_utils.evaluate_model(query_encoder, ...)`: `eval_hits` judges it)."""
+    last = call_name(c).split(".")[-1] or "-"
+    return bool(RUNS_MODEL.search(last)) and not EVAL_CALL.match(last)
+
+
 def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
     """HL018 at a call of another file's evaluation function (`evaluate(model, dataset, args)`) that loops over
     the model's forward passes without turning gradients off, when the call site does not either. (In its own
@@ -97,8 +104,7 @@ class EvalChecks:
                   and isinstance(n.func, ast.Attribute)} - {""}  # fmt: skip
 
         def runs_model(node: ast.AST, depth: int = 0) -> bool:
-            return any(isinstance(n, ast.Call) and (RUNS_MODEL.search(call_name(n).split(".")[-1] or "-")
-                       or dotted(n.func) in evaled
+            return any(isinstance(n, ast.Call) and (_runs_by_name(n) or dotted(n.func) in evaled
                        or depth < 2 and any(runs_model(f, depth + 1) for f in self.mi.targets_of(n) if f is not fn))
                        for n in walk_local(node))  # fmt: skip
 

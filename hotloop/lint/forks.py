@@ -210,8 +210,11 @@ def module_instance(model: Any, name: str) -> bool:
     """`name` is assigned a `torch.nn` module or a `*Loss` (`crit = nn.CrossEntropyLoss()`), or a project class's
     instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
     cache = model.__dict__.setdefault("_instances", {})
-    if name not in cache:
-        cache[name] = any(made_module(model, v) or moved_instance(v) for v in assigned_values(name, model.nodes))
+    if name not in cache:  # (also `self.l_bce = nn.BCELoss()` ... `self.l_bce(pred, label)`: GANomaly)
+        values = [
+            n.value for n in model.nodes if isinstance(n, ast.Assign) and any(dotted(t) == name for t in n.targets)
+        ]
+        cache[name] = any(made_module(model, v) or moved_instance(v) for v in values)
     return cache[name]
 
 

@@ -491,7 +491,7 @@ class KindModel:
             return "tensor"  # Python sum of tensors is a tensor
         if name in ("max", "min", "abs") and (k := builtin_kind(self, e, info)) is not None:
             return k
-        if isinstance(e.func, ast.Name) and module_instance(self, e.func.id):
+        if isinstance(e.func, (ast.Name, ast.Attribute)) and module_instance(self, dotted(e.func)):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`
         cls = getattr(self, "instances", {}).get(dotted(e.func))  # `self.D = Discriminator(...)` ... `self.D(x)`
         if cls is not None and any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in cls.body):

@@ -155,7 +155,10 @@ class StructureChecks:
                 # (a gated block with its own backward and step - a GAN's lazy regularisation every N steps -
                 # is a periodic extra update, not the end of an accumulation window)
                 test = n.test
-                if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod) for b in ast.walk(test)) or any(
+                mods = [b.right for b in ast.walk(test) if isinstance(b, ast.BinOp) and isinstance(b.op, ast.Mod)]
+                if mods and all(self.mi.cli_default(m, across=True) == 1 for m in mods):
+                    continue  # `% args.grad_accumulation_steps` whose flag defaults to 1: no accumulation by default
+                if mods or any(
                     isinstance(x, ast.Name) and (x.id in mod_names or re.search("accum", x.id, re.I))
                     for x in ast.walk(test)
                 ):  # fmt: skip

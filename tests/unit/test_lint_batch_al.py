@@ -430,9 +430,11 @@ def test_a_same_file_module_instance_returns_tensors():
                 print(f"loss_real: {d_loss_real}")
     """
     assert (20, "HL002") in found(src)
-    # (without the module, and without its own `.backward()`, which would make it a tensor by itself: kinds)
+    # (without the module, and without its own `.backward()`, which would make it a tensor by itself: kinds; and
+    # without the `.cuda()`, which only a module's instance has: `self.D = X().cuda()` is one, forks.module_instance)
     assert (20, "HL002") not in found(
         src.replace("class Discriminator(nn.Module)", "class Discriminator")
+        .replace("Discriminator().cuda()", "Discriminator()")
         .replace("def forward", "def run")
         .replace("d_loss_real.backward()", "g_loss.backward()")
     )

@@ -301,3 +301,86 @@ def test_an_episodes_end_is_a_boundary_not_a_step():
     hits = found(src)
     assert (8, "HL012") not in hits and (9, "HL012") not in hits
     assert (14, "HL012") in hits
+
+
+def test_accumulation_behind_a_flag_that_defaults_to_one_is_not_accumulation():
+    """`if (idx + 1) % args.grad_accumulation_steps == 0: optimizer.step()` with `default=1` and no shipped command
+    setting it (EfficientDet's `train.py`, FiD's `--accumulation_steps`): every backward is followed by a step, so
+    the undivided loss is no HL016 (structure.accumulation asks the flag's default); the same gate on a flag that
+    defaults to 4 still is."""
+    src = """
+    import argparse
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--grad_accumulation_steps', default={n}, type=int)
+    args = parser.parse_args()
+
+    def train(loader, model, optimizer):
+        for idx, (x, y) in enumerate(loader):
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            loss = model(x, y)
+            loss.backward()
+            if (idx + 1) % args.grad_accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+    """
+    assert (13, "HL016") not in found(src.replace("{n}", "1"))
+    assert (13, "HL016") in found(src.replace("{n}", "4"))
+
+
+def test_a_branch_behind_an_opt_in_flag_left_off_is_not_the_step():
+    """`if config['deep_supervision']:` with `--deep_supervision` defaulting to False and `config = vars(args)`
+    (pytorch-nested-unet), and `if args.batch_chunk > 1:` with `--batch_chunk` defaulting to 1 (DEQ): the
+    defaults never take these paths, so what they read is not reported (branches._off_by_default); the path the
+    defaults take still is."""
+    src = """
+    import argparse
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--deep_supervision', default=False, type=bool)
+    parser.add_argument('--batch_chunk', default=1, type=int)
+    config = vars(parser.parse_args())
+    args = parser.parse_args()
+
+    def train(loader, model, optimizer):
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            loss = model(x, y)
+            if config['deep_supervision']:
+                print(loss.item())
+            if args.batch_chunk > 1:
+                print(loss.item())
+            else:
+                print(loss.detach().cpu())
+            loss.backward()
+            optimizer.step()
+    """
+    hits = found(src)
+    assert (16, "HL001") not in hits and (18, "HL001") not in hits
+    assert (20, "HL007") in hits
+
+
+def test_an_evaluation_function_that_hands_the_model_to_an_evaluation_helper_runs_no_model_itself():
+    """contriever's `eval_model(opt, query_encoder, ...)` loops over datasets calling
+    `beir_utils.evaluate_model(query_encoder, ...)`, which sets eval mode and turns gradients off in its own
+    file: the call is named for what it evaluates, not for a network, so `eval_model` is no HL018 of its own
+    (evals._runs_by_name); a loop that calls `model(x)` itself still is."""
+    src = """
+    import torch
+    import beir_utils
+
+    def eval_model(opt, query_encoder, doc_encoder):
+        for name in opt.eval_datasets:
+            metrics = beir_utils.evaluate_model(query_encoder, doc_encoder, dataset=name)
+            print(metrics)
+
+    def evaluate(model, loader):
+        for x in loader:
+            out = model(x.cuda())
+            print(out.sum().item())
+    """
+    hits = found(src)
+    assert not any(line == 5 and code == "HL018" for line, code in hits)
+    assert any(line == 10 and code == "HL018" for line, code in hits)
