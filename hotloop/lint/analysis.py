@@ -246,7 +246,9 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             changed = False
             for node in calls:
                 is_step = is_step_call(node) or self.local_target(node) in names
-                if is_step and self.enclosing_loop(node) is None:
+                loop = self.enclosing_loop(node)  # (or VQ-Diffusion's `for n, op in self.optimizers.items()`)
+                it = getattr(loop, "iter", None)
+                if is_step and (loop is None or isinstance(it, ast.Call) and method_name(it) in ("items", "values")):
                     fn = self.enclosing_function(node)
                     if isinstance(fn, FUNCS) and fn.name not in names:
                         names.add(fn.name)
@@ -283,7 +285,8 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             handed = any(isinstance(a, ast.Name) and a.id in self.step_functions for a in node.args)
             if not (handed or name in self.step_functions or STEP_FUNCTION.search(name)):  # `timer(train_step)`
                 return False
-            if any(isinstance(a, ast.Constant) and a.value in ("val", "valid", "test", "eval") for a in node.args):
+            if any(isinstance(a, ast.Constant) and a.value in ("val", "valid", "test", "eval")
+                   for a in [*node.args, *(k.value for k in node.keywords)]):  # fmt: skip
                 return False  # SAITS' `model_processing(data, model, "val")`: the step function's evaluation stage
             if under_no_grad(self.parent, node):
                 return False  # pydreamer's `evaluate()` reusing `model.training_step(...)` under `torch.no_grad()`

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, is_step_call, target_names
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import param_defaults
 
@@ -27,7 +27,10 @@ def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
         if isinstance(n, ast.If) and child is not n.test:
             t = n.test
             tests = t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t]
-            false = any(isinstance(x, ast.Constant) and not x.value or _off_by_default(mi, x) for x in tests)
+            # (a flag that opts into the training itself, `if args.do_train:` around the loop, is set by every
+            # command that trains: only a side path the defaults leave off is dead, SpanBERT)
+            off = not any(is_step_call(x) for x in ast.walk(n)) and any(_off_by_default(mi, x) for x in tests)
+            false = off or any(isinstance(x, ast.Constant) and not x.value for x in tests)
             true = isinstance(t, ast.Constant) and bool(t.value)
             if false and child in n.body or true and child in n.orelse:
                 return True

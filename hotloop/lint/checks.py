@@ -192,7 +192,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 self.transfer(c)
             self.legacy_cuda_copies(c, meth)
             if meth == "copy_" and self.blocking_copy_in(c):
-                self.add("HL012", c, f"`{_src(c)}` copies a batch into a device tensor without `non_blocking=True`")
+                self.add("HL012", c, f"`{_src(c)}` copies host data into a device tensor without `non_blocking=True`")
             if meth == "repeat_interleave" or name == "torch.repeat_interleave":
                 repeats = c.args[1] if name == "torch.repeat_interleave" and len(c.args) > 1 else (
                     c.args[0] if meth == "repeat_interleave" and name != "torch.repeat_interleave" and c.args else None

@@ -109,6 +109,8 @@ def negated(test: ast.expr) -> bool:
         # the boundary: the gated statements are in the body
         skip = re.match(r"(skip|no|disable)_", dotted(test.operand).rpartition(".")[2])
         return not (isinstance(test.operand, ast.BinOp) and isinstance(test.operand.op, ast.Mod) or skip)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is)):
+        return isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is False  # `debug == False`
     return isinstance(test, ast.Compare) and all(isinstance(op, ast.NotEq) for op in test.ops)
 
 

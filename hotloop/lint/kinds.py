@@ -451,8 +451,9 @@ class KindModel:
                     e.args[0].elt, info, comp=e.args[0]) == "tensor":  # fmt: skip
                 return "tensor"  # `tuple(torch.as_tensor(x, device=d) for x in xs)`: tensors, unpacked one by one
             return k  # `batch = list(next(loader_iter))` (UER): a list of the batch's tensors
-        if meth in SCALAR_METHODS or name in SCALAR_FUNCS and not (name == "dict" and e.keywords):  # `dict(loss=l)`
-            return "scalar"
+        batch_values = meth == "values" and self.kind(e.func.value, info) == "tensor"  # type: ignore[attr-defined]
+        if meth in SCALAR_METHODS and not batch_values or name in SCALAR_FUNCS and not (name == "dict" and e.keywords):
+            return "scalar"  # (`dict(loss=l)` holds tensors; so does a batch's `.values()`: pytorch3d's NeRF)
         if meth in ("clip_grad_norm_", "get_total_norm"):
             return "tensor"  # the total norm, a device tensor (`torch.nn.utils` is otherwise not tensor-valued)
         if (meth == "apply" and isinstance(e.func, ast.Attribute) and dotted(e.func.value)[:1].isupper()

@@ -275,11 +275,15 @@ class HostProvenance:
     def cuda_type(self, e: ast.expr) -> bool:
         """`torch.cuda.FloatTensor`, or PyTorch-GAN's `Tensor = torch.cuda.FloatTensor if cuda else
         torch.FloatTensor` (the CUDA branch is the run that matters)."""
-        if dotted(e).startswith("torch.cuda.") and dotted(e).endswith("Tensor"):
+
+        def name(x: ast.expr) -> str:  # (through the module's aliases: `import torch as th`, pytorch-maddpg)
+            return self.mi._resolve(dotted(x), self.mi.aliases)
+
+        if name(e).startswith("torch.cuda.") and name(e).endswith("Tensor"):
             return True
         return isinstance(e, ast.Name) and any(
-            isinstance(v, ast.IfExp) and any(dotted(b).startswith("torch.cuda.") for b in (v.body, v.orelse))
-            or dotted(v).startswith("torch.cuda.") and dotted(v).endswith("Tensor")
+            isinstance(v, ast.IfExp) and any(name(b).startswith("torch.cuda.") for b in (v.body, v.orelse))
+            or name(v).startswith("torch.cuda.") and name(v).endswith("Tensor")
             for v in assigned_values(e.id, self.mi.nodes))  # fmt: skip
 
     def factory_made(self, e: ast.expr, depth: int = 0) -> bool:
@@ -319,14 +323,15 @@ class HostProvenance:
         src: ast.expr = c.args[0]
         while isinstance(src, (ast.Subscript, ast.Attribute)):
             src = src.value
-        if not (isinstance(dst, ast.Name) and isinstance(src, ast.Name)):
+        made = isinstance(src, ast.Call) and self.factory_made(src)  # `noises.data.copy_(t.randn(b, nz, 1, 1))`
+        if not (isinstance(dst, ast.Name) and (isinstance(src, ast.Name) or made)):
             return False
         # moved there, or made there: `input_A = Tensor(b, c, h, w)` with `Tensor = torch.cuda.FloatTensor` (CycleGAN)
         moved = any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and dst.id in
                     {x for t in n.targets for x in target_names(t)}
                     and (moves_to_device(n.value) or self.cuda_type(n.value.func))
                     for n in self.mi.nodes)  # fmt: skip
-        return moved and self._from_loader(src)
+        return moved and (made or self._from_loader(src))  # type: ignore[arg-type]
 
     def _from_loader(self, e: ast.Name) -> bool:
         """A batch: bound by `next(data_iter)` in this function, or by a loop over a loader."""

@@ -21,7 +21,7 @@ from hotloop.lint.syntax import block_of, passed_for
 LATEST = re.compile(r"latest|last|best", re.I)  # a checkpoint's fixed name given to a save helper
 SAVER = re.compile(r"save(_(model|models|checkpoint|state|ckpt|pretrained|network|networks))?")  # not images
 PAYLOAD = re.compile(r"state_dict|model|optim|ckpt|checkpoint|snapshot|state|weights|net|params|ema|actor|critic|"
-                     r"policy|agent", re.I)  # fmt: skip
+                     r"policy|agent|encoder|decoder|generator|discriminator|vae", re.I)  # fmt: skip
 RESULTS = re.compile(r"(results?|preds?|predictions|outputs?|features|feats|embeddings|detections|dets)([-_.{]|$)",
                      re.I)  # fmt: skip
 # a counter, or a metric value (`model_accu_{accu:3.3f}.chkpt`, `best_{val_loss:.4f}.pt`): a new name each save

@@ -384,3 +384,148 @@ def test_an_evaluation_function_that_hands_the_model_to_an_evaluation_helper_run
     hits = found(src)
     assert not any(line == 5 and code == "HL018" for line, code in hits)
     assert any(line == 10 and code == "HL018" for line, code in hits)
+
+
+def test_a_step_over_each_optimizer_is_one_step_and_debug_false_is_the_normal_path():
+    """VQ-Diffusion's `Solver.step(batch, phase)`: `if self.debug == False:` moves each batch entry with a blocking
+    `.cuda()`, then `for name, op in self.optimizer_and_scheduler.items():` runs backward and steps each optimizer.
+    A loop over optimizers is no loop over data, so `step` is one training step and the epoch loop calling it is
+    hot (analysis._step_functions); `== False` opens the body as `not` does (gates.negated); the validation call
+    with `phase='val'` is not a step."""
+    src = """
+    import torch
+
+    class Solver:
+        def step(self, batch, phase='train'):
+            if self.debug == False:
+                for k, v in batch.items():
+                    batch[k] = v.cuda()
+            for name, op in self.optimizer_and_scheduler.items():
+                output = self.model(batch)
+                if phase == 'train':
+                    op['optimizer'].zero_grad()
+                    output['loss'].backward()
+                    op['optimizer'].step()
+            return output['loss'].detach()
+
+        def train_epoch(self):
+            for itr, batch in enumerate(self.dataloader['train_loader']):
+                loss = self.step(batch, phase='train')
+
+        def validate_epoch(self):
+            for itr, batch in enumerate(self.dataloader['validation_loader']):
+                loss = self.step(batch, phase='val')
+                print(loss.item())
+    """
+    hits = found(src)
+    assert (8, "HL012") in hits
+    assert (24, "HL001") not in hits
+
+
+def test_saving_an_encoder_module_in_place_is_a_checkpoint():
+    """varibad saves `torch.save(self.vae.encoder, join(save_path, "encoder.pt"))` beside the policy every
+    `save_interval` updates, to the same names: an encoder (a decoder, a generator, a VAE) is weights, so each
+    save is HL021 like the policy's (saves.PAYLOAD)."""
+    src = """
+    import os
+    import torch
+
+    def train(loader, policy, vae, optimizer, save_path):
+        for it, batch in enumerate(loader):
+            loss = policy(batch.cuda(non_blocking=True))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if it % 100 == 0:
+                torch.save(policy, os.path.join(save_path, "policy.pt"))
+                torch.save(vae.encoder, os.path.join(save_path, "encoder.pt"))
+    """
+    hits = found(src)
+    assert (12, "HL021") in hits and (13, "HL021") in hits
+
+
+def test_host_noise_copied_into_a_device_buffer_every_step_is_hl012():
+    """pytorch-book's GAN chapter: `noises = t.randn(b, nz, 1, 1).to(device)` once, then
+    `noises.data.copy_(t.randn(b, nz, 1, 1))` every discriminator step: noise made on the host and copied into the
+    device buffer, blocking (provenance.blocking_copy_in also takes a host factory's tensor, not only a batch)."""
+    src = """
+    import torch as t
+
+    def train(loader, netd, netg, optimizer_d, device):
+        noises = t.randn(64, 100, 1, 1).to(device)
+        for ii, (img, _) in enumerate(loader):
+            real_img = img.to(device, non_blocking=True)
+            optimizer_d.zero_grad()
+            noises.data.copy_(t.randn(64, 100, 1, 1))
+            loss = netd(real_img).mean() - netd(netg(noises).detach()).mean()
+            loss.backward()
+            optimizer_d.step()
+    """
+    assert (9, "HL012") in found(src)
+
+
+def test_the_values_of_a_batch_dict_are_tensors():
+    """pytorch3d's NeRF project: `image, camera, camera_idx = batch[0].values()` then `image = image.to(device)`
+    every step: the values of a batch's dict are its tensors, not Python data as a `.values()` of options would be,
+    so the blocking copy is HL012 (kinds: `.values()` of a tensor-kind receiver)."""
+    src = """
+    import torch
+
+    def train(train_dataloader, model, optimizer, device):
+        for epoch in range(10):
+            for iteration, batch in enumerate(train_dataloader):
+                image, camera, camera_idx = batch[0].values()
+                image = image.to(device)
+                loss = model(image, camera)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """
+    assert (8, "HL012") in found(src)
+
+
+def test_a_flag_that_opts_into_training_itself_is_not_a_dead_branch():
+    """SpanBERT's `run_squad.py`: the whole training loop sits under `if args.do_train:` (`store_true`, so False
+    by default), and every command that trains passes `--do_train`. A branch that holds the optimizer step is the
+    run's purpose, not an opt-in side path: its per-step reads are reported (branches.never_runs)."""
+    src = """
+    import argparse
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--do_train", action="store_true")
+    args = parser.parse_args()
+
+    def main(model, batches, optimizer, device):
+        if args.do_train:
+            for epoch in range(3):
+                for step, batch in enumerate(batches):
+                    batch = tuple(t.to(device) for t in batch)
+                    loss = model(*batch)
+                    print(loss.item())
+                    loss.backward()
+                    optimizer.step()
+    """
+    hits = found(src)
+    assert (13, "HL012") in hits and (15, "HL001") in hits
+
+
+def test_a_cuda_tensor_type_named_through_an_import_alias_is_a_copy_to_the_device():
+    """pytorch-maddpg: `import torch as th`, `FloatTensor = th.cuda.FloatTensor if use_cuda else th.FloatTensor`,
+    then `th.stack(batch.states).type(FloatTensor)` every update: the CUDA type is named through the module's alias,
+    and the `.type()` copies the host batch to the GPU, blocking (provenance.cuda_type resolves aliases)."""
+    src = """
+    import torch as th
+
+    FloatTensor = th.cuda.FloatTensor if th.cuda.is_available() else th.FloatTensor
+
+    def update(memory, critic, optimizer):
+        for it in range(1000):
+            batch = memory.sample(64)
+            state_batch = th.stack(batch.states).type(FloatTensor)
+            loss = critic(state_batch).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    """
+    assert (9, "HL012") in found(src)
