@@ -22,7 +22,6 @@ from hotloop.lint.syntax import parse_source
 HOT_CALLED: dict[str, set[str]] = {}  # resolved file -> the names the run's other files call every step
 ANALYSED: dict[str, ModuleInfo | None] = {}  # resolved file -> its analysis, made once per run (lint reuses it)
 LINTED: set[str] = set()  # the files of this lint run (resolved): what their own lint reports is not repeated
-MODULE_BASE = re.compile(r"^class \w+\((\w+\.)*Module\b")  # `class CSDI_base(nn.Module):`
 LOOPS = re.compile(r"^\s*(for|while)\s|^class ", re.M)  # loops, or classes that may inherit them
 
 
@@ -126,7 +125,7 @@ def _forwards(analysed: list[ModuleInfo]) -> None:
             continue
         modules: set[str] = set()  # `nn.Module` subclasses, and subclasses of those (`CSDI_Forecasting(CSDI_base)`)
         for cls in (n for n in mi.tree.body if isinstance(n, ast.ClassDef)):
-            if MODULE_BASE.search(ast.unparse(cls)) or any(dotted(b) in modules for b in cls.bases):
+            if any(dotted(b).rpartition(".")[2] == "Module" or dotted(b) in modules for b in cls.bases):
                 modules.add(cls.name)
                 if any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in cls.body):
                     HOT_CALLED.setdefault(here, set()).add(f"{cls.name}.forward")

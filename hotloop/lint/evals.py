@@ -151,7 +151,9 @@ class EvalChecks:
         if not grad_off and not (calls and all(self._caller_has(c, "grad") for c in calls)):
             what = f"`{fn.name}(..., {evals}=True)`" if evals else f"`{fn.name}`"
             self.add("HL018", fn, f"{what} runs the model without `torch.no_grad()`: activations are kept")
-        if not re.search(r"\.eval\(\)|\.train\(False\)|\.train\(mode=False\)", src) and not (
+        # (`model.train(train)` in a shared loop: called with `train=False`, the mode is eval's; fsgan)
+        own_mode = rf"|\.train\((mode=)?{flag}\)" if flag else ""
+        if not re.search(r"\.eval\(\)|\.train\(False\)|\.train\(mode=False\)" + own_mode, src) and not (
             calls and all(self._caller_has(c, "eval") for c in calls)
         ):
             what = f"`{fn.name}(..., {flag}=False)`" if flag else f"`{fn.name}(..., {evals}=True)`" if evals else (

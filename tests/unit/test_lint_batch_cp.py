@@ -529,3 +529,29 @@ def test_a_cuda_tensor_type_named_through_an_import_alias_is_a_copy_to_the_devic
             optimizer.step()
     """
     assert (9, "HL012") in found(src)
+
+
+def test_a_shared_loop_that_sets_the_mode_from_its_flag_is_in_eval_mode_when_evaluating():
+    """fsgan's `proces_epoch(loader, train=True)` calls `model.train(train)`, and the validation call passes
+    `train=False` under `torch.no_grad()`: the model is in eval mode there, so no HL018 for a missing `.eval()`
+    (evals: `.train(<the flag>)` sets the mode the flag asks for)."""
+    src = """
+    import torch
+
+    def main(model, train_loader, val_loader, optimizer, criterion, epochs):
+        def proces_epoch(loader, train=True):
+            model.train(train)
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                loss = criterion(model(x), y)
+                if train:
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+        for epoch in range(epochs):
+            proces_epoch(train_loader, train=True)
+            with torch.no_grad():
+                proces_epoch(val_loader, train=False)
+    """
+    assert not any(code == "HL018" for _, code in found(src))
