@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted, is_step_call, target_names
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import param_defaults
 
@@ -27,28 +27,13 @@ def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
         if isinstance(n, ast.If) and child is not n.test:
             t = n.test
             tests = t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t]
-            # (a flag that opts into the training itself, `if args.do_train:` around the loop, is set by every
-            # command that trains: only a side path the defaults leave off is dead, SpanBERT)
-            off = not any(is_step_call(x) for x in ast.walk(n)) and any(_off_by_default(mi, x) for x in tests)
-            false = off or any(isinstance(x, ast.Constant) and not x.value for x in tests)
+            # (not a flag whose default leaves the branch off: tried in session 19, it lost 99 labelled findings
+            # behind flags the README commands set - `--mask`, `--use-ctc`, `--with_tracking` - to save 30 false ones)
+            false = any(isinstance(x, ast.Constant) and not x.value for x in tests)
             true = isinstance(t, ast.Constant) and bool(t.value)
             if false and child in n.body or true and child in n.orelse:
                 return True
         child, n = n, mi.parent.get(n)
-    return False
-
-
-def _off_by_default(mi: ModuleInfo, test: ast.expr) -> bool:
-    """`if args.deep_supervision:` whose `store_true` flag is off, `if args.batch_chunk > 1:` whose flag defaults to
-    1: an opt-in path the defaults never take (a flag the project's own run scripts set is beyond this file)."""
-    if isinstance(test, ast.Subscript) and isinstance(test.value, ast.Name) and isinstance(test.slice, ast.Constant):
-        test = ast.Attribute(value=test.value, attr=str(test.slice.value))  # `config = vars(parse_args())`
-    if isinstance(test, ast.Attribute):
-        return mi.cli_default(test, across=True) in (False, None, 0, "")
-    bound = test.comparators[0] if isinstance(test, ast.Compare) and len(test.ops) == 1 else None
-    if isinstance(bound, ast.Constant) and type(bound.value) is int and isinstance(test.ops[0], (ast.Gt, ast.NotEq)):
-        default = mi.cli_default(test.left, across=True)  # type: ignore[union-attr]
-        return type(default) is int and default == bound.value
     return False
 
 

@@ -265,7 +265,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                     len(tensors) == len(c.args) or any(reduced(a) for a in tensors) and all(
                     a in tensors or isinstance(a, ast.Constant) for a in c.args)):  # fmt: skip
                 better = "torch.sort(torch.stack(...))" if name == "sorted" else f"torch.stack(...).{name}()"
-                self.add("HL004", c, f"Python `{name}` over tensors compares/adds on the host; use `{better}`")
+                self.add("HL004", c, f"Python `{name}` over tensors compares on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):
             self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
         if (base in ("DataLoader", "WebLoader", "StatefulDataLoader") and not own_loader(mi, c)

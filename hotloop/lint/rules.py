@@ -56,7 +56,7 @@ _R = [
     ),
     Rule(
         "HL004",
-        "Python `max`/`min`/`sum`/`sorted` over tensors: compares on the host, a sync per element",
+        "Python `max`/`min`/`sorted` over tensors: compares on the host, a sync per element (`sum` only adds)",
         "Python's max compares with `bool(a > b)`, reading each comparison on the host.",
         "max(t.abs().max() for t in tensors)",
         "torch.stack([t.abs().max() for t in tensors]).max()",

@@ -329,39 +329,6 @@ def test_accumulation_behind_a_flag_that_defaults_to_one_is_not_accumulation():
     assert (13, "HL016") in found(src.replace("{n}", "4"))
 
 
-def test_a_branch_behind_an_opt_in_flag_left_off_is_not_the_step():
-    """`if config['deep_supervision']:` with `--deep_supervision` defaulting to False and `config = vars(args)`
-    (pytorch-nested-unet), and `if args.batch_chunk > 1:` with `--batch_chunk` defaulting to 1 (DEQ): the
-    defaults never take these paths, so what they read is not reported (branches._off_by_default); the path the
-    defaults take still is."""
-    src = """
-    import argparse
-    import torch
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--deep_supervision', default=False, type=bool)
-    parser.add_argument('--batch_chunk', default=1, type=int)
-    config = vars(parser.parse_args())
-    args = parser.parse_args()
-
-    def train(loader, model, optimizer):
-        for x, y in loader:
-            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
-            loss = model(x, y)
-            if config['deep_supervision']:
-                print(loss.item())
-            if args.batch_chunk > 1:
-                print(loss.item())
-            else:
-                print(loss.detach().cpu())
-            loss.backward()
-            optimizer.step()
-    """
-    hits = found(src)
-    assert (16, "HL001") not in hits and (18, "HL001") not in hits
-    assert (20, "HL007") in hits
-
-
 def test_an_evaluation_function_that_hands_the_model_to_an_evaluation_helper_runs_no_model_itself():
     """contriever's `eval_model(opt, query_encoder, ...)` loops over datasets calling
     `beir_utils.evaluate_model(query_encoder, ...)`, which sets eval mode and turns gradients off in its own
@@ -482,32 +449,6 @@ def test_the_values_of_a_batch_dict_are_tensors():
                 optimizer.step()
     """
     assert (8, "HL012") in found(src)
-
-
-def test_a_flag_that_opts_into_training_itself_is_not_a_dead_branch():
-    """SpanBERT's `run_squad.py`: the whole training loop sits under `if args.do_train:` (`store_true`, so False
-    by default), and every command that trains passes `--do_train`. A branch that holds the optimizer step is the
-    run's purpose, not an opt-in side path: its per-step reads are reported (branches.never_runs)."""
-    src = """
-    import argparse
-    import torch
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--do_train", action="store_true")
-    args = parser.parse_args()
-
-    def main(model, batches, optimizer, device):
-        if args.do_train:
-            for epoch in range(3):
-                for step, batch in enumerate(batches):
-                    batch = tuple(t.to(device) for t in batch)
-                    loss = model(*batch)
-                    print(loss.item())
-                    loss.backward()
-                    optimizer.step()
-    """
-    hits = found(src)
-    assert (13, "HL012") in hits and (15, "HL001") in hits
 
 
 def test_a_cuda_tensor_type_named_through_an_import_alias_is_a_copy_to_the_device():
