@@ -211,10 +211,12 @@ def module_instance(model: Any, name: str) -> bool:
     instance moved to the device (`pointpillars = PointPillars(nclasses=3).cuda()`), once looked up."""
     cache = model.__dict__.setdefault("_instances", {})
     if name not in cache:  # (also `self.l_bce = nn.BCELoss()` ... `self.l_bce(pred, label)`: GANomaly)
-        values = [
-            n.value for n in model.nodes if isinstance(n, ast.Assign) and any(dotted(t) == name for t in n.targets)
-        ]
-        cache[name] = any(made_module(model, v) or moved_instance(v) for v in values)
+        if (index := model.__dict__.get("_assigned")) is None:  # target -> values, built once per module
+            index = model.__dict__["_assigned"] = {}
+            for n in model.nodes:
+                for t in n.targets if isinstance(n, ast.Assign) else ():
+                    index.setdefault(dotted(t), []).append(n.value)
+        cache[name] = any(made_module(model, v) or moved_instance(v) for v in index.get(name, ()))
     return cache[name]
 
 
