@@ -212,13 +212,13 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                     and assigned.get(n.targets[0].id) == 1):  # fmt: skip
                 value = n.value.body if isinstance(n.value, ast.IfExp) else n.value
                 if isinstance(value, ast.Attribute):
-                    full = self._resolve(dotted(value), out)
+                    full = self.resolve(dotted(value), out)
                     if full.startswith("torch."):
                         out[n.targets[0].id] = full
         return out
 
     @staticmethod
-    def _resolve(name: str, aliases: dict[str, str]) -> str:
+    def resolve(name: str, aliases: dict[str, str]) -> str:
         """Only names of the modules the rules know are expanded (`F.relu` -> `torch.nn.functional.relu`);
         `from tqdm import tqdm` or a logger import keep the spelling the rules match."""
         head, _, rest = name.partition(".")
@@ -228,7 +228,7 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         return f"{full}.{rest}" if rest else full
 
     def call_name(self, call: ast.Call) -> str:
-        return self._resolve(dotted(call.func), self.aliases)
+        return self.resolve(dotted(call.func), self.aliases)
 
     @staticmethod
     def walk_local(node: ast.AST):

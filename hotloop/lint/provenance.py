@@ -277,7 +277,7 @@ class HostProvenance:
         torch.FloatTensor` (the CUDA branch is the run that matters)."""
 
         def name(x: ast.expr) -> str:  # (through the module's aliases: `import torch as th`, pytorch-maddpg)
-            return self.mi._resolve(dotted(x), self.mi.aliases)
+            return self.mi.resolve(dotted(x), self.mi.aliases)
 
         if name(e).startswith("torch.cuda.") and name(e).endswith("Tensor"):
             return True
