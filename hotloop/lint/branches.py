@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names
+from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, target_names
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import param_defaults
 
@@ -29,12 +29,28 @@ def never_runs(mi: ModuleInfo, node: ast.AST) -> bool:
             tests = t.values if isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And) else [t]
             # (not a flag whose default leaves the branch off: tried in session 19, it lost 99 labelled findings
             # behind flags the README commands set - `--mask`, `--use-ctc`, `--with_tracking` - to save 30 false ones)
-            false = any(isinstance(x, ast.Constant) and not x.value for x in tests)
-            true = isinstance(t, ast.Constant) and bool(t.value)
+            false = any(isinstance(x, ast.Constant) and not x.value or _old_torch(mi, x, ast.Eq) for x in tests)
+            true = isinstance(t, ast.Constant) and bool(t.value) or _old_torch(mi, t, ast.NotEq)
             if false and child in n.body or true and child in n.orelse:
                 return True
         child, n = n, mi.parent.get(n)
     return False
+
+
+def _old_torch(mi: ModuleInfo, t: ast.expr, op: type) -> bool:
+    """`torch_ver == '0.3'` (with `torch_ver = torch.__version__[:3]`), `torch.__version__.startswith("0.")`:
+    a test for a PyTorch release before 1.0 (with `op` ast.Eq; with ast.NotEq, for any other), which a run today
+    answers no (Efficient-Segmentation-Networks' `Variable(images).cuda()` branch is dead)."""
+    if isinstance(t, ast.Call) and method_name(t) == "startswith" and op is ast.Eq and t.args:
+        old, seen = t.args[0], t.func.value  # type: ignore[attr-defined]
+    elif isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], op):
+        old, seen = t.comparators[0], t.left
+    else:
+        return False
+    if not (isinstance(old, ast.Constant) and isinstance(old.value, str) and old.value.startswith("0.")):
+        return False
+    made = assigned_values(seen.id, mi.nodes) if isinstance(seen, ast.Name) else [seen]
+    return any("torch.__version__" in ast.unparse(v) for v in made)
 
 
 def _filled(t: ast.expr) -> str:

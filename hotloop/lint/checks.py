@@ -297,7 +297,8 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
     def transfer(self, c: ast.Call, per_sample: bool = False) -> None:
         recv = c.func.value  # type: ignore[attr-defined]
         rname = dotted(recv)
-        if rname and MODEL_NAME.search(rname.split(".")[-1]) or made_module(self.mi, recv) or empty_copy(c):
+        if (rname and MODEL_NAME.search(rname.split(".")[-1]) and not self.batch_target(rname, c)
+                or made_module(self.mi, recv) or empty_copy(c)):  # fmt: skip  # (honk's batch is `model_in`)
             return  # a model, or `nn.MSELoss(reduction="mean").cuda()` in a per-step helper: no data copied
         if isinstance(recv, ast.Call) and self.mi.call_name(recv).endswith("_like") and recv.args and not self._host(
                 recv.args[0]):  # fmt: skip

@@ -161,6 +161,34 @@ def _methods(root: Path) -> dict[str, list[tuple[Path, str]]]:
     return _METHODS[root]
 
 
+def in_folder(folder: Path, name: str) -> Path | None:
+    """The one module of the package folder that defines `name` at its top level, when the folder's
+    `__init__.py` (which would re-export it: S3FD's `from layers.modules import MultiBoxLoss`) is not there: a
+    checkout of only the files a script needs, or a package whose `__init__.py` is generated at build time."""
+    if not folder.is_dir() or (folder / "__init__.py").exists():
+        return None
+    defines = re.compile(rf"^(class|def)\s+{re.escape(name)}\b", re.M)
+    hits = [
+        f for f in sorted(folder.glob("*.py")) if defines.search(f.read_text(encoding="utf-8-sig", errors="replace"))
+    ]
+    return hits[0] if len(hits) == 1 else None
+
+
+_CALLED: dict[Path, dict[str, list[Path]]] = {}
+
+
+def callers_of(file: Path, name: str) -> list[Path]:
+    """The project's other files whose text calls `name(...)` (one pass over the project builds the index)."""
+    root = _root(file)
+    if root not in _CALLED:
+        index: dict[str, list[Path]] = {}
+        for f, text in _files(root):
+            for called in set(re.findall(r"\b(\w+)\s*\(", text)):
+                index.setdefault(called, []).append(f)
+        _CALLED[root] = index
+    return [f for f in _CALLED[root].get(name, []) if f.resolve() != file.resolve()]
+
+
 def definitions(root: Path, meth: str) -> list[tuple[Path, str, list[str]]]:
     """(file, class, names of the class and its bases) of each project class whose own `meth` does something."""
     key = (root, meth)

@@ -148,13 +148,22 @@ def _optional(mi: ModuleInfo, name: ast.Name, node: ast.AST) -> bool:
 REDUCTIONS = {"sum", "max", "min", "any", "all", "mean", "amax", "amin", "isfinite", "isnan", "isinf", "equal"}
 
 
-def _reduces(node: ast.AST) -> bool:
+def _reduces(node: ast.AST, mi: ModuleInfo | None = None) -> bool:
     """A branch in another file's code whose test computes on a tensor (`if torch.min(y) < -1.`, `assert
-    labels.max() < n`, `if (matching > 1).sum() > 0`): the kind of a bare name or attribute there (`if
-    self.norm:`, `if t == 0:`) is a guess, mostly a module's option."""
+    labels.max() < n`, `if (matching > 1).sum() > 0`), or on a name the function bound to such a reduction
+    (CenterNet's `num_pos = pos.float().sum()` then `if num_pos == 0`, edge-connect's `mse = torch.mean(...)`
+    then `if mse == 0`): the kind of another bare name or attribute there (`if self.norm:`, `if t == 0:`) is a
+    guess, mostly a module's option."""
     test = getattr(node, "test", node)
-    return any(isinstance(n, ast.Call) and (call_name(n).rpartition(".")[2] in REDUCTIONS)
-               for n in ast.walk(test))  # fmt: skip
+    if any(isinstance(n, ast.Call) and call_name(n).rpartition(".")[2] in REDUCTIONS for n in ast.walk(test)):
+        return True
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    if mi is None or not names:
+        return False
+    local = list(walk_local(mi.enclosing_function(node)))
+    # (a tensor's own reduction: not Python's `max(size_list)` of numbers read back, detectron2's `gather`)
+    return any(_reduces(v) and not (isinstance(v, ast.Call) and isinstance(v.func, ast.Name))
+               for name in names for v in assigned_values(name, local))  # fmt: skip
 
 
 def _assigned_to(mi: ModuleInfo, node: ast.AST) -> set[str]:
@@ -250,7 +259,7 @@ def _carried(mi: ModuleInfo, h: Any, hits: list[Any], entry: ast.AST | None = No
     both = tuple(o.node for o in hits if o.code == h.code and o is not h)
     return ("noqa" not in mi.lines[h.node.lineno - 1] and not _switched(mi, h.node, both, entry)
             and not built_once(mi, h.node) and not empty_copy(h.node)
-            and (h.code != "HL005" or _reduces(h.node)))  # fmt: skip
+            and (h.code != "HL005" or _reduces(h.node, mi)))  # fmt: skip
 
 
 def effects(
@@ -415,9 +424,7 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
 
 def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[str, ast.Call, str]]:
     """(code, call, message) for each hot call whose helper in another file reads on the host."""
-    project = Project.of(mi)
-    if not (project.names or project.modules):
-        return []
+    project = Project.of(mi)  # (a file importing nothing of the project may still be handed its classes)
     out = [h for h in loader_hits(mi, project) if (h[1].lineno, h[0]) not in seen]
     for c in mi.nodes:  # in-place saves inside a project helper the training loop calls
         if (isinstance(c, ast.Call) and mi.in_training_loop(c) and (c.lineno, "HL021") not in seen

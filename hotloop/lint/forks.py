@@ -115,10 +115,23 @@ def inner_kind(
     return "tensor" if info.is_tensor_name(e.id) else None
 
 
-def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool = False) -> bool:
-    """Inside `if isinstance(x, (tuple, list)):` (or `dict`, `int`, ...), x is not a tensor there. With
-    `containers`, only a narrowing to a container counts: its elements may still be tensors
-    (`if isinstance(x, (list, tuple)): x = x[0]` takes the batch out of a `(x, y)` pair, ddpm-torch)."""
+def narrowed(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:
+    """What an enclosing `isinstance` test says `e` is there: "tensor" (`isinstance(x, torch.Tensor)`, a batch
+    mover's tensor branch), "container" (`list`, `tuple`, `dict`, ...: not a tensor, but its elements may be:
+    `if isinstance(x, (list, tuple)): x = x[0]` takes the batch out of a `(x, y)` pair, ddpm-torch; Conv-TasNet's
+    `{key: to_cuda(dicts[key]) ...}` under `isinstance(dicts, dict)`), "scalar" (`int`, `str`, ...), or None."""
+    found = _narrowing(parent, e)
+    if found is None or "Tensor" in found and CONTAINERS.search(found):
+        return None
+    return "tensor" if "Tensor" in found else "container" if CONTAINERS.search(found) else "scalar"
+
+
+CONTAINERS = re.compile(r"list|tuple|Sequence|dict|Mapping")
+
+
+def _narrowing(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:
+    """The type an enclosing `isinstance(e, T)` test (an `if` body, or earlier in an `and` chain) narrows the
+    name to, as written; None when none does."""
     child, n = e, parent.get(e)
     while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         tests = [n.test] if isinstance(n, ast.If) and child is not n.test and child in n.body else []
@@ -127,11 +140,10 @@ def narrowed_away(parent: dict[ast.AST, ast.AST], e: ast.Name, containers: bool 
         for test in tests:
             for t in ast.walk(test):
                 if (isinstance(t, ast.Call) and isinstance(t.func, ast.Name) and t.func.id == "isinstance"
-                        and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id
-                        and "Tensor" not in ast.unparse(t.args[1])):  # fmt: skip
-                    return not containers or bool(re.search(r"list|tuple|Sequence", ast.unparse(t.args[1])))
+                        and len(t.args) == 2 and isinstance(t.args[0], ast.Name) and t.args[0].id == e.id):  # fmt: skip
+                    return ast.unparse(t.args[1])
         child, n = n, parent.get(n)
-    return False
+    return None
 
 
 def option_element(parent: dict[ast.AST, ast.AST], e: ast.Name, options: re.Pattern[str]) -> bool:

@@ -20,6 +20,7 @@ GATE_WORDS = {
     "saving", "checkpoint", "checkpointing", "ckpt", "verbose", "debug", "report", "display", "last", "sample",
     "generate", "visualize", "vis", "plot", "interval", "every", "freq", "frequency", "profile", "profiling",
     "benchmark", "timing", "logs", "metric", "metrics", "console", "tick", "statistics",
+    "elapsed", "profiler",  # a wall-clock boundary (`if profiler.totals["train"] > 60:`, retinanet-examples)
     "done",  # an episode's end (`if player.done:` resets the environment: once an episode, A3C)
 }  # fmt: skip
 UPDATE_GATE = re.compile(r"accum|sync_gradients|grad_acc|update_freq|gradient_accumulation|micro", re.I)

@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
-from hotloop.lint.classes import guess, project_root, unique_module
+from hotloop.lint.callsites import NOT_OBJECT, typed_receiver
+from hotloop.lint.classes import guess, in_folder, project_root, unique_module
 from hotloop.lint.syntax import dotted, method_of, parse_source, passed_for
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
@@ -97,6 +98,15 @@ class Project:
             return unique_module(self.file, module)
         return None
 
+    def _in_folder(self, module: str, level: int, name: str) -> Path | None:
+        """`classes.in_folder` in the folder the import names, looked for as `_lookup` looks for modules."""
+        assert self.file is not None
+        if not module:
+            return None
+        roots = ([self.file.parents[level - 1]] if level <= len(self.file.parents) else []) if level else [
+            self.file.parent, *list(self.file.parent.parents)[:LEVELS_UP]]  # fmt: skip
+        return next((f for r in roots if (f := in_folder(r / Path(*module.split(".")), name)) is not None), None)
+
     def _read_imports(self) -> None:
         for n in self.mi.nodes:
             if isinstance(n, ast.ImportFrom) and [a.name for a in n.names] == ["*"]:
@@ -112,6 +122,8 @@ class Project:
                         if f.name == "__init__.py" and a.name not in text:
                             # an empty package beside its same-named module (`src/data/data.py` on sys.path)
                             f = (n.module and not n.level and unique_module(self.file, n.module)) or f  # type: ignore[arg-type]
+                        self.names[local] = (f, a.name)
+                    elif (f := self._in_folder(n.module or "", n.level, a.name)) is not None:
                         self.names[local] = (f, a.name)
             elif isinstance(n, ast.Import):
                 for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
@@ -162,6 +174,17 @@ class Project:
             return instances[obj][0], f"{instances[obj][1]}.{meth}"
         if name in instances:
             return instances[name]
+        if (
+            typed := typed_receiver(self.mi, c, name)
+        ) is not None:  # `criterion(out, targets)`, `self.model(x)`: a parameter
+            return typed
+        if (
+            obj
+            and not meth.startswith("_")
+            and meth not in NOT_OBJECT
+            and (typed := typed_receiver(self.mi, c, obj)) is not None
+        ):
+            return typed[0], f"{typed[1]}.{meth}"  # `agent.update(batch)` with `agent` a parameter
         if obj and self.file is not None and obj.partition(".")[0] not in self._imported():
             return guess(self.file, self._root(), obj, meth)  # `model.set_input(data)`, `model = create_model(opt)`
         return None

@@ -30,7 +30,7 @@ from hotloop.lint.forks import (
     inner_kind,
     iterates_data,
     module_instance,
-    narrowed_away,
+    narrowed,
     numeric_default,
     operands,
     option_element,
@@ -350,8 +350,8 @@ class KindModel:
             zeros = isinstance(e, ast.Dict) and all(isinstance(v, ast.Constant) for v in e.values)  # filled later
             return "scalar" if kinds == {"scalar"} and not zeros else None  # (EMANet's `{'loss': loss.item()}`)
         if isinstance(e, ast.Name):
-            if narrowed_away(self.parent, e) or option_element(self.parent, e, CONFIG_NAME):  # type: ignore[attr-defined]
-                return "scalar"
+            if (k := narrowed(self.parent, e)) or option_element(self.parent, e, CONFIG_NAME):  # type: ignore[attr-defined]
+                return "tensor" if k == "tensor" else "scalar"
             if (k := inner_kind(self, e, info, TENSOR_NAME, LOADER_NAME)) != "free":  # a lambda's or comprehension's
                 return k
             lines = [(line, k) for line, k in info.history.get(e.id, ()) if line < getattr(e, "lineno", 0)]
@@ -399,7 +399,7 @@ class KindModel:
                 return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: options; `loss.data[0]`: 0.3's item())
             if (k := entry_kind(self, e, info)) is not None:
                 return k
-            if isinstance(e.value, ast.Name) and narrowed_away(self.parent, e.value, containers=True):  # type: ignore[attr-defined]
+            if isinstance(e.value, ast.Name) and narrowed(self.parent, e.value) == "container":  # type: ignore[attr-defined]
                 return None  # an element of a list or tuple: a tensor as likely as not
             base = self.kind(e.value, info)
             return base if base in ("tensor", "scalar") else None

@@ -13,7 +13,8 @@ import ast
 import re
 
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
-from hotloop.lint.forks import comp_binding
+from hotloop.lint.forks import comp_binding, iterates_data
+from hotloop.lint.kinds import LOADER_NAME
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import binding_before, passed_for
@@ -229,12 +230,16 @@ class HostProvenance:
         line = e.lineno
         assigns = [n for n in walk_local(fn) if isinstance(n, ast.Assign)
                    and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+        given_to = {}  # each assignment's value for the name
         for n in assigns:
             v = n.value
             # `images, labels = (2 * images.to(device) - 1, ...)` (minimal-diffusion): the value given to the name
             if isinstance(v, ast.Tuple) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple) \
                     and len(v.elts) == len(n.targets[0].elts):  # fmt: skip
                 v = next(x for t, x in zip(n.targets[0].elts, v.elts, strict=True) if e.id in target_names(t))
+            given_to[n] = v
+        for n in assigns:
+            v = given_to[n]
             moves = any(isinstance(c, ast.Call) and moves_to_device(c) and isinstance(c.func, ast.Attribute)
                         and isinstance(c.func.value, ast.Name) and c.func.value.id == e.id
                         for c in ast.walk(v))  # fmt: skip
@@ -245,7 +250,12 @@ class HostProvenance:
                 # nothing binds the name in between, a loop's target included: dgcnn's `label.cpu()` in the train
                 # loop is not before the test loop's `for data, label in test_loader: ... label.to(device)`
                 loops = [f for f in walk_local(fn) if isinstance(f, ast.For) and e.id in target_names(f.target)]
-                return not any(line < m.lineno < n.lineno for m in [*assigns, *loops])
+                # (a wrapper of the name itself in between, `x = Variable(x)` in tacotron's step, keeps it where it is)
+                rebinds = [m for m in assigns if not (
+                    any(isinstance(x, ast.Name) and x.id == e.id for x in ast.walk(given_to[m]))
+                    and not any(isinstance(c, ast.Call) and moves_to_device(c) for c in ast.walk(given_to[m])))
+                ]  # fmt: skip
+                return not any(line < m.lineno < n.lineno for m in [*rebinds, *loops])
         return False
 
     def _host_param(self, e: ast.Name, fn: ast.AST, depth: int) -> bool:
@@ -343,6 +353,12 @@ class HostProvenance:
             if isinstance(n, (ast.For, ast.AsyncFor)) and e.id in target_names(n.target):
                 return self.mi._iterates_data(n.iter)
         return False
+
+    def batch_target(self, name: str, at: ast.AST) -> bool:
+        """`name` is bound by a loop around `at` over a loader (`for model_in, labels in train_loader:`): a batch,
+        whatever it is called (not `for model in self.models:`)."""
+        return any(isinstance(n, ast.For) and name in target_names(n.target)
+                   and iterates_data(self.mi, n.iter, LOADER_NAME) for n in self.mi.enclosing_loops(at))  # fmt: skip
 
     def on_device(self, e: ast.expr, at: ast.AST, depth: int = 0) -> bool:
         """`e` is already on the device where `at` runs, by the statements before it in its blocks:
