@@ -36,6 +36,12 @@ def typed_receiver(mi: ModuleInfo, c: ast.Call, receiver: str) -> tuple[Path, st
     """The project class the callers in other files hand a parameter (`param_classes`), for a receiver of `c`
     that is the enclosing function's parameter, or `self.x` set from a parameter of a method of the enclosing
     class (`self.model = model` in `__init__`)."""
+    found = _typed(mi, c, receiver)
+    # (a class of this very file is the same-file pass's: reported at the call, its reads would be reported twice)
+    return None if found is None or mi.path and found[0] == Path(mi.path).resolve() else found
+
+
+def _typed(mi: ModuleInfo, c: ast.Call, receiver: str) -> tuple[Path, str] | None:
     fn = mi.enclosing_function(c)
     head, _, rest = receiver.partition(".")
     if not rest and isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -29,7 +29,7 @@ from hotloop.lint.structure import (
     kw,
     src,
 )
-from hotloop.lint.syntax import block_of
+from hotloop.lint.syntax import block_of, param_defaults
 
 EVAL_CALL = re.compile(r"^(val|valid|validate|validation|eval|evaluate|evaluation|test)(_|$)", re.I)
 
@@ -120,8 +120,10 @@ class EvalChecks:
             name = flag or evals
             idx = [a.arg for a in fn.args.args].index(name) - (1 if fn.args.args[0].arg in ("self", "cls") else 0)
             test = is_false_node if flag is not None else is_true_node
+            default = param_defaults(fn).get(name)  # (DialogueGCN's `train=False`, left out by the evaluating calls)
             calls = [c for c in calls if test(getattr(kw(c, name), "value", None))
-                     or len(c.args) > idx >= 0 and test(c.args[idx])]  # fmt: skip
+                     or len(c.args) > idx >= 0 and test(c.args[idx])
+                     or kw(c, name) is None and len(c.args) <= idx and test(default)]  # fmt: skip
             if not calls:
                 return
         elif any(is_step_call(n) for n in walk_local(fn)):

@@ -19,7 +19,7 @@ from pathlib import Path
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
 from hotloop.lint.classes import project_flag_zero
 from hotloop.lint.imports import Project, find_def, load_module
-from hotloop.lint.syntax import block_of, param_defaults
+from hotloop.lint.syntax import block_of, param_defaults, passed_for
 
 # A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
 # test_loader)`) reads a few batches once: no evidence of epochs.
@@ -102,7 +102,13 @@ class LoaderChecks:
         if not isinstance(e, ast.Name):
             return False
         # the function's own assignments decide (ChatLM's `num_workers = 0` in `train`; `test` sets 4 for itself)
-        own = assigned_values(e.id, walk_local(self.mi.enclosing_function(e)))
+        fn = self.mi.enclosing_function(e)
+        own = assigned_values(e.id, walk_local(fn))
+        calls = self.mi.calls_to.get(getattr(fn, "name", ""), []) if not own else []
+        if calls and e.id in [a.arg for a in fn.args.args + fn.args.kwonlyargs]:  # type: ignore[attr-defined]
+            # a parameter every same-file caller gives 0 (DialogueGCN's `get_IEMOCAP_loaders(..., num_workers=0)`)
+            given = [passed_for(fn, c, e.id) or param_defaults(fn).get(e.id) for c in calls]
+            return all(isinstance(g, ast.Constant) and g.value == 0 for g in given)
         values = own or assigned_values(e.id, self.mi.nodes)
         return bool(values) and all(isinstance(v, ast.Constant) and v.value == 0 for v in values)
 
@@ -428,8 +434,15 @@ def _returned(mi: ModuleInfo, fn: ast.AST, caller: object, call: ast.Call, hops:
 
 def loader_class(mi: ModuleInfo, c: ast.Call) -> bool:
     """`AudioDataLoader(...)` constructs a project class derived from `DataLoader` (Speech-Transformer,
-    Conv-TasNet, pretrain-gnns): its keywords are DataLoader's."""
-    return loader_class_def(mi, c) is not None
+    Conv-TasNet, pretrain-gnns): its keywords are DataLoader's. So does a library's `*DataLoader` given
+    `num_workers` (torchmeta's `BatchMetaDataLoader`, a DataLoader subclass)."""
+    name = call_name(c).rpartition(".")[2]
+    library = (
+        name.endswith("DataLoader")
+        and any(k.arg == "num_workers" for k in c.keywords)
+        and not any(isinstance(n, ast.ClassDef) and n.name == name for n in mi.tree.body)
+    )  # (not the file's own class)
+    return library or loader_class_def(mi, c) is not None
 
 
 def _through_super(cls: ast.ClassDef, c: ast.Call) -> dict[str, ast.expr] | None:

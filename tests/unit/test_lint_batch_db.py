@@ -453,3 +453,82 @@ def test_an_attribute_set_from_an_init_parameter_is_the_class_the_constructor_is
     hits = [(f.line, f.code) for f in lint_paths([str(tmp_path / "trainer.py")])]
     assert (12, "HL012") in hits
     assert (19, "HL001") in hits
+
+
+def test_a_loader_builders_workers_parameter_given_0_by_every_caller_has_no_workers():
+    """DialogueGCN's `get_IEMOCAP_loaders(..., num_workers=0)` builds its loaders with `num_workers=num_workers`
+    and its one caller passes 0: no worker processes, nothing to pin or keep (loaders._constant_zero). A caller
+    passing 4 makes them workers again."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def get_loaders(data, batch_size=32, num_workers=0):
+        train_loader = DataLoader(data, batch_size=batch_size, num_workers=num_workers)
+        return train_loader
+
+    def main(data, model, optimizer):
+        loader = get_loaders(data, num_workers={n})
+        for epoch in range(10):
+            for x, y in loader:
+                x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+                loss = model(x, y)
+                loss.backward()
+                optimizer.step()
+    """
+    assert not [h for h in found(src.format(n=0)) if h[1] == "HL011"]
+    assert (6, "HL011") in found(src.format(n=4))
+
+
+def test_a_shared_train_or_eval_function_evaluates_in_the_calls_that_leave_its_flag_at_false():
+    """`def train_or_eval_model(model, ..., optimizer=None, train=False)` called with `True` for training and
+    with the flag left out for validation (DialogueGCN): the validation calls evaluate, and nothing turns
+    gradients off in them (evals.evaluation reads the flag's default)."""
+    src = """
+    import torch
+
+    def train_or_eval_model(model, dataloader, optimizer=None, train=False):
+        if train:
+            model.train()
+        else:
+            model.eval()
+        for x, y in dataloader:
+            x = x.cuda(non_blocking=True)
+            loss = model(x, y)
+            if train:
+                loss.backward()
+                optimizer.step()
+
+    def main(model, optimizer, train_loader, valid_loader):
+        for e in range(10):
+            train_or_eval_model(model, train_loader, optimizer, True)
+            train_or_eval_model(model, valid_loader{extra})
+    """
+    assert (4, "HL018") in found(src.format(extra=""))
+    assert not [h for h in found(src.format(extra=", optimizer, True")) if h[1] == "HL018"]
+
+
+def test_a_library_dataloader_subclass_given_workers_is_judged_as_a_dataloader():
+    """torchmeta's `BatchMetaDataLoader(dataset, batch_size=..., num_workers=args.num_workers)` feeding CUDA
+    without `pin_memory` (pytorch-meta's MAML example): a `*DataLoader` given `num_workers` takes DataLoader's
+    options (loaders.loader_class)."""
+    src = """
+    import argparse
+    import torch
+    from torchmeta.utils.data import BatchMetaDataLoader
+
+    def main(args, dataset, model, optimizer):
+        dataloader = BatchMetaDataLoader(dataset, batch_size=16, shuffle=True, num_workers=args.num_workers)
+        for epoch in range(10):
+            for batch in dataloader:
+                x = batch["train"][0].cuda(non_blocking=True)
+                loss = model(x)
+                loss.backward()
+                optimizer.step()
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--num-workers", type=int, default=1)
+        main(parser.parse_args(), None, None, None)
+    """
+    assert (7, "HL011") in found(src)
