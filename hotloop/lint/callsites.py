@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hotloop.lint.analysis import ModuleInfo, call_name, dotted, walk_local
+from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names, walk_local
 from hotloop.lint.classes import callers_of
 from hotloop.lint.kinds import READS, TENSOR_METHODS
 from hotloop.lint.syntax import passed_for
@@ -25,7 +25,7 @@ from hotloop.lint.syntax import passed_for
 WRAPPERS = re.compile(r"(DistributedDataParallel|DataParallel|DDP|compile|FullyShardedDataParallel|FSDP|"
                       r"convert_sync_batchnorm|prepare|wrap\w*)$")  # fmt: skip  # they run the module they wrap
 MOVES = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
-DEPTH = 3
+DEPTH = 6  # (each step goes to an earlier binding, a wrapped module or a factory's return)
 MAX_CALLERS = 20  # caller files read per function (a name as common as `train` is called everywhere)
 # methods of tensors and Python values: a parameter they are called on is not worth typing by its callers
 NOT_OBJECT = TENSOR_METHODS | READS | {"append", "extend", "items", "keys", "values", "get", "pop", "size", "split"}
@@ -121,19 +121,22 @@ def class_made(mi: ModuleInfo, project: Any, e: ast.expr, at: ast.AST, depth: in
         return inst  # type: ignore[no-any-return]  # (also `self.model`, set to `GDN(...)` in `__init__`)
     if not isinstance(e, ast.Name):
         return None
-    found = set()
-    for n in walk_local(mi.enclosing_function(at)):
-        for t in n.targets if isinstance(n, ast.Assign) else []:
-            if isinstance(t, ast.Name) and t.id == e.id:
-                found.add(class_made(mi, project, n.value, at, depth + 1) if n.value is not e else None)
-            elif isinstance(t, ast.Tuple) and e.id in [getattr(x, "id", "") for x in t.elts]:
-                i = [getattr(x, "id", "") for x in t.elts].index(e.id)  # `model, criterion, post = build_model(args)`
-                v = n.value.elts[i] if isinstance(n.value, ast.Tuple) and len(n.value.elts) == len(t.elts) else None
-                if v is not None:
-                    found.add(class_made(mi, project, v, at, depth + 1))
-                else:
-                    found.add(_factory_class(project, n.value, depth, i) if isinstance(n.value, ast.Call) else None)
-    return found.pop() if len(found) == 1 else None
+    # the assignment that reaches `at`: the last one above it (`model = Net()`, then `model = DDP(model)`)
+    binds = [n for n in walk_local(mi.enclosing_function(at)) if isinstance(n, ast.Assign) and n.lineno < at.lineno
+             and any(e.id in target_names(t) for t in n.targets)]  # fmt: skip
+    if not binds:
+        return None
+    n = max(binds, key=lambda b: b.lineno)
+    t = next(t for t in n.targets if e.id in target_names(t))
+    if isinstance(t, ast.Name):
+        return class_made(mi, project, n.value, n, depth + 1)
+    names = [getattr(x, "id", "") for x in t.elts] if isinstance(t, ast.Tuple) else []
+    if e.id not in names:
+        return None
+    i = names.index(e.id)  # `model, criterion, post = build_model(args)`
+    if isinstance(n.value, ast.Tuple) and len(n.value.elts) == len(names):
+        return class_made(mi, project, n.value.elts[i], n, depth + 1)
+    return _factory_class(project, n.value, depth, i) if isinstance(n.value, ast.Call) else None
 
 
 def _factory_class(project: Any, c: ast.Call, depth: int, item: int | None = None) -> tuple[Path, str] | None:

@@ -422,10 +422,11 @@ def test_an_attribute_set_from_an_init_parameter_is_the_class_the_constructor_is
         """,
         "main.py": """
             import torch
-            from models import Agent, Net
+            from models import Agent, make_net
             from trainer import Trainer, train
 
-            net = Net().cuda()
+            net = make_net().cuda()  # (a factory, then a wrapper: the binding that reaches the call)
+            net = torch.nn.parallel.DistributedDataParallel(net)
             Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1)).fit([])
             train(Agent(), None)
         """,
@@ -436,6 +437,9 @@ def test_an_attribute_set_from_an_init_parameter_is_the_class_the_constructor_is
             class Net(nn.Module):
                 def forward(self, x):
                     return x * torch.arange(x.shape[-1]).to(x.device)
+
+            def make_net():
+                return Net()
 
             class Agent:
                 def __init__(self):
