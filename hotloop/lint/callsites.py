@@ -20,11 +20,10 @@ from typing import Any
 from hotloop.lint.analysis import ModuleInfo, call_name, dotted, target_names, walk_local
 from hotloop.lint.classes import callers_of
 from hotloop.lint.kinds import READS, TENSOR_METHODS
-from hotloop.lint.syntax import passed_for
+from hotloop.lint.syntax import RETURNS_SELF, passed_for
 
 WRAPPERS = re.compile(r"(DistributedDataParallel|DataParallel|DDP|compile|FullyShardedDataParallel|FSDP|"
                       r"convert_sync_batchnorm|prepare|wrap\w*)$")  # fmt: skip  # they run the module they wrap
-MOVES = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
 DEPTH = 6  # (each step goes to an earlier binding, a wrapped module or a factory's return)
 MAX_CALLERS = 20  # caller files read per function (a name as common as `train` is called everywhere)
 # methods of tensors and Python values: a parameter they are called on is not worth typing by its callers
@@ -106,7 +105,7 @@ def class_made(mi: ModuleInfo, project: Any, e: ast.expr, at: ast.AST, depth: in
     """The project class `e` (an argument at `at`, in `mi`) is an instance of, when the module says so."""
     if depth > DEPTH:
         return None
-    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in MOVES:
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in RETURNS_SELF:
         e = e.func.value  # `Net(...).cuda()`, `model.to(device)`: the module itself
     if isinstance(e, ast.Call):
         if WRAPPERS.search(call_name(e)) and e.args:

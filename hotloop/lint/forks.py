@@ -115,6 +115,9 @@ def inner_kind(
     return "tensor" if info.is_tensor_name(e.id) else None
 
 
+CONTAINERS = re.compile(r"list|tuple|Sequence|dict|Mapping")  # isinstance types whose elements may be tensors
+
+
 def narrowed(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:
     """What an enclosing `isinstance` test says `e` is there: "tensor" (`isinstance(x, torch.Tensor)`, a batch
     mover's tensor branch), "container" (`list`, `tuple`, `dict`, ...: not a tensor, but its elements may be:
@@ -124,9 +127,6 @@ def narrowed(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:
     if found is None or "Tensor" in found and CONTAINERS.search(found):
         return None
     return "tensor" if "Tensor" in found else "container" if CONTAINERS.search(found) else "scalar"
-
-
-CONTAINERS = re.compile(r"list|tuple|Sequence|dict|Mapping")
 
 
 def _narrowing(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:

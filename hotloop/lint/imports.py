@@ -174,17 +174,12 @@ class Project:
             return instances[obj][0], f"{instances[obj][1]}.{meth}"
         if name in instances:
             return instances[name]
-        if (
-            typed := typed_receiver(self.mi, c, name)
-        ) is not None:  # `criterion(out, targets)`, `self.model(x)`: a parameter
+        # a parameter its callers hand a project class: `criterion(out, targets)`, `self.model(x)`, `agent.update(b)`
+        if (typed := typed_receiver(self.mi, c, name)) is not None:
             return typed
-        if (
-            obj
-            and not meth.startswith("_")
-            and meth not in NOT_OBJECT
-            and (typed := typed_receiver(self.mi, c, obj)) is not None
-        ):
-            return typed[0], f"{typed[1]}.{meth}"  # `agent.update(batch)` with `agent` a parameter
+        typed = typed_receiver(self.mi, c, obj) if obj and not meth.startswith("_") and meth not in NOT_OBJECT else None
+        if typed is not None:
+            return typed[0], f"{typed[1]}.{meth}"
         if obj and self.file is not None and obj.partition(".")[0] not in self._imported():
             return guess(self.file, self._root(), obj, meth)  # `model.set_input(data)`, `model = create_model(opt)`
         return None

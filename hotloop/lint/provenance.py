@@ -13,8 +13,7 @@ import ast
 import re
 
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
-from hotloop.lint.forks import comp_binding, iterates_data
-from hotloop.lint.kinds import LOADER_NAME
+from hotloop.lint.forks import comp_binding
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import binding_before, passed_for
@@ -357,8 +356,8 @@ class HostProvenance:
     def batch_target(self, name: str, at: ast.AST) -> bool:
         """`name` is bound by a loop around `at` over a loader (`for model_in, labels in train_loader:`): a batch,
         whatever it is called (not `for model in self.models:`)."""
-        return any(isinstance(n, ast.For) and name in target_names(n.target)
-                   and iterates_data(self.mi, n.iter, LOADER_NAME) for n in self.mi.enclosing_loops(at))  # fmt: skip
+        return any(isinstance(n, ast.For) and name in target_names(n.target) and self.mi._iterates_data(n.iter)
+                   for n in self.mi.enclosing_loops(at))  # fmt: skip
 
     def on_device(self, e: ast.expr, at: ast.AST, depth: int = 0) -> bool:
         """`e` is already on the device where `at` runs, by the statements before it in its blocks:

@@ -81,7 +81,7 @@ def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) ->
         value = n.value  # `Cls(...).cuda()`, `Cls(...).to(device).train()`: a module's moves return the module
         if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
             value = value.values[-1]  # `self.sampler = sampler or UniformSampler(diffusion)`: the default
-        while isinstance(value, ast.Call) and method_name(value) in _RETURNS_SELF and isinstance(
+        while isinstance(value, ast.Call) and method_name(value) in RETURNS_SELF and isinstance(
                 value.func.value, ast.Call):  # type: ignore[attr-defined]  # fmt: skip
             value = value.func.value  # type: ignore[attr-defined]
         if isinstance(value, ast.Call) and (made := resolve(value)) is not None:
@@ -89,7 +89,7 @@ def constructed(nodes: Iterable[ast.AST], resolve: Callable[[ast.Call], Any]) ->
     return out
 
 
-_RETURNS_SELF = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
+RETURNS_SELF = {"cuda", "to", "train", "eval", "half", "float", "double", "bfloat16", "cpu", "requires_grad_"}
 
 
 def walk_local(node: ast.AST):
