@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import fnmatch
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -81,7 +82,17 @@ def lint_source(
     lines = source.splitlines()
     out = []
     seen = set()
-    for hit in check(mi):
+    failed: Exception | None = None
+    try:
+        hits = list(check(mi))
+    except Exception as e:  # an analysis bug (or a file deep enough to exhaust recursion): say so, lint the rest
+        if os.environ.get("HOTLOOP_LINT_RAISE"):  # (our own debugging: the traceback)
+            raise
+        hits, failed = [], e
+    if failed is not None and _selected("HL000", select, ignore):
+        out.append(Finding(path, 1, 1, "HL000", f"cannot analyse: internal error ({type(failed).__name__}: "
+                                                f"{failed}); please report it with this file", "error"))  # fmt: skip
+    for hit in hits:
         line, col = hit.node.lineno, hit.node.col_offset + 1
         key = (line, col, hit.code, hit.message)
         if key in seen or not _selected(hit.code, select, ignore):

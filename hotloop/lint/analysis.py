@@ -255,26 +255,6 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                         changed = True
         return names
 
-    def _per_step_outer(self, outer: ast.AST, loop: ast.AST) -> bool:
-        """A step loop over something that is not data (a GAN's phases, `range(n_critic)`) inside a loop that
-        fetches the batch itself (iterates a loader, or calls `next()` on one outside the inner loop): the
-        outer loop runs once per step, not once per epoch."""
-        if not isinstance(loop, (ast.For, ast.AsyncFor)) or self._iterates_data(loop.iter):
-            return False
-        if isinstance(outer, (ast.For, ast.AsyncFor)) and self._iterates_data(outer.iter):
-            return True
-        inner = set(map(id, ast.walk(loop)))
-        return any(isinstance(n, ast.Call) and call_name(n) == "next" and n.args and id(n) not in inner
-                   and self.enclosing_loop(n) is outer  # (not a sibling validation loop's `next(val_iter)`: nnU-Net)
-                   and self._data_iterator(n.args[0]) for n in walk_local(outer))  # fmt: skip
-
-    def _data_iterator(self, e: ast.expr) -> bool:
-        """`train_iter`, `self.loader_iter`, or `it` assigned from `iter(...)`/`cycle(...)`."""
-        if re.search(r"loader|iter|data|batch", dotted(e), re.I):
-            return True
-        return isinstance(e, ast.Name) and any(isinstance(v, ast.Call) and call_name(v).split(".")[-1] in (
-            "iter", "cycle", "repeat") for v in assigned_values(e.id, self.nodes))  # fmt: skip
-
     def _calls_step(self, node: ast.AST) -> bool:
         if is_step_call(node):  # (but `torch_single_train(model, opt, ..., meta_loss)` handing a loss and the
             name = call_name(node).split(".")[-1]  # optimizer to a same-file epoch function: flow-forecast)
@@ -327,10 +307,14 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
             if self._calls_step(node):
                 self._mark(self.enclosing_loop(node), hot=True)
         self.hot_loops -= flushed_epochs(self)  # an epoch loop with a leftover step after its batches (forks)
-        for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`
-            outer = self.enclosing_loop(loop)
-            if outer is not None and self._per_step_outer(outer, loop):
-                self.hot_loops.add(outer)
+        for loop in list(self.hot_loops):  # `while True: x = next(it); for phase in phases: ... opt.step()`, also
+            outer = self.enclosing_loop(loop)  # through a loop over layers (cflow-ad's fibers of each pool layer)
+            for mid in (loop, outer):
+                if outer is not None and self._per_step_outer(outer, mid):
+                    self.hot_loops.add(outer)
+                    break
+                data = isinstance(outer, (ast.For, ast.AsyncFor)) and self._iterates_data(outer.iter)
+                outer = None if outer is None or data else self.enclosing_loop(outer)
         for name, fns in self.functions.items():
             if STEP_FUNCTION.search(name) or PER_STEP_METHOD.match(name):
                 self.hot_functions.update(fns)
@@ -359,8 +343,7 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         # A loop that calls a function holding a hot loop (an epoch function) is a training loop too.
         holders = {self.enclosing_function(loop) for loop in self.hot_loops} - {self.tree}
         epoch_fns = {fn.name for fn in holders}  # type: ignore[attr-defined]
-        # (a function that runs its own epochs, GraphMAE's `pretrain`, called from `for seed in seeds`: that loop
-        # repeats whole runs; a PPO update's epochs inside `for update in ...` stay training)
+        # (a function running its own epochs, GraphMAE's `pretrain`, from `for seed in seeds` repeats whole runs)
         whole_runs = {fn.name for fn in holders if runs_epochs(fn, self.hot_loops)}  # type: ignore[attr-defined]
         # A function named for an epoch that holds the step loop runs once per epoch: what it does around that
         # loop (saving `last_epoch_weights.pth`) is per-epoch training code even with its caller in another file.
@@ -393,9 +376,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         self.propagate()
 
     def propagate(self, *hot: ast.AST) -> None:
-        """Make `hot` functions hot (a helper another file calls every step), then, to a fixpoint, what hot
-        regions call every step and what training loops call."""
+        """Make `hot` functions hot and training code (a step another file calls: STCN's `do_pass` and the save
+        it gates), then, to a fixpoint, what hot regions call every step and what training loops call."""
         self.hot_functions.update(hot)
+        self.train_functions.update(hot)
         calls = [n for n in self.nodes if isinstance(n, ast.Call) and self.targets_of(n)]
         changed = True
         while changed:

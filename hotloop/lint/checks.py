@@ -22,7 +22,7 @@ from hotloop.lint.analysis import (
 )
 from hotloop.lint.branches import BranchChecks, built_once, is_test, never_runs
 from hotloop.lint.callers import mark_called, mark_remote
-from hotloop.lint.drivers import feeds_env
+from hotloop.lint.drivers import feeds_env, prepared
 from hotloop.lint.effects import cross_file_hits, logger_reads, quiet_logger
 from hotloop.lint.evals import EvalChecks, eval_hits
 from hotloop.lint.forks import DEVICE_TEST, made_module
@@ -47,9 +47,10 @@ from hotloop.lint.syntax import (
     reduced,
     under_no_grad,
 )
-from hotloop.lint.totals import running_totals
+from hotloop.lint.totals import meter_totals, running_totals
 
 VALUE_NAME = re.compile(r"(loss|losses|logits|outputs?|preds?)$", re.I)  # a network's value (MMGCN's `model_loss`)
+SAVES = ("save_on_master", "accelerator.save")  # `torch.save` under another name (DETR's utils, Accelerate)
 PER_STEP = SYNC_RULES | {"HL004", "HL012", "HL024"}  # costs paid each time the code runs: none under a cache fill
 
 # `np.isnan(grad_norm)`: NumPy converts the tensor on the host (on CUDA it raises: the value must come back first)
@@ -91,7 +92,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
         for node in self.mi.nodes:
             if isinstance(node, (ast.For, ast.While)) and node in self.mi.hot_loops:  # (a `while` is a branch too)
                 self.accumulation(node)
-                for total, message in running_totals(self.mi, node, self.value_before):
+                for total, message in [*running_totals(self.mi, node, self.value_before), *meter_totals(self.mi, node)]:
                     self.add("HL019", total, message)
                 if isinstance(node, ast.For):
                     continue
@@ -224,11 +225,10 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             barrier = name in ("torch.cuda.synchronize", "torch.cuda.empty_cache") or stream_sync
             if barrier and hot and not self._deliberate(c):
                 self.add("HL020", c, f"`{_src(c)}` inside the training loop")
-            if (self._save_helper_in_place(c) or (name == "torch.save" or name.endswith("save_on_master"))
-                    and self._checkpoint_payload(c)
-                    and not self._replaced_atomically(c)
-                    and not self._fresh_path(c)):  # fmt: skip
-                self.add("HL021", c, "`torch.save` to the final path: a crash mid-write corrupts the checkpoint")
+            shown = name if name.endswith(SAVES) else "torch.save"
+            if (self._save_helper_in_place(c) or name == shown and self._checkpoint_payload(c)
+                    and not self._replaced_atomically(c) and not self._fresh_path(c)):  # fmt: skip
+                self.add("HL021", c, f"`{shown}` to the final path: a crash mid-write corrupts the checkpoint")
             if meth == "append" and c.args and mi.in_hot(c) and not under_no_grad(mi.parent, c):
                 arg = c.args[0]
                 if (
@@ -324,7 +324,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             fn = self.mi.enclosing_function(c)
             target += " ".join(ast.unparse(v) for v in assigned_values(target_node.id, walk_local(fn)))
         if (re.search(r"accelerator|fabric|\w\.device", target) and not self.factory_made(recv)
-                and re.search(r"\.prepare\(|setup_dataloaders\(", self.mi.source)):  # fmt: skip
+                and prepared(self.mi, c)):  # fmt: skip
             return  # a prepared loader already yields batches on the device: this .to() copies nothing
         end = c.end_col_offset or 0
         text = ast.get_source_segment("\n".join(self.mi.lines), c)
@@ -485,8 +485,8 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     torch_code = bool(TORCH_CODE.search(mi.source))
     if not torch_code and not any(isinstance(n, (ast.For, ast.While)) for n in mi.nodes):
         return
-    # SPADE's train.py imports no torch: its steps are its trainer's, in another file
-    driver = mark_remote(mi) and not torch_code
+    # SPADE's train.py imports no torch: its steps are its trainer's, in another file (DeepCAD's too: hot by its loader)
+    driver = (mark_remote(mi) or bool(mi.hot_loops)) and not torch_code
     mark_called(mi)
     if not (torch_code or driver):
         return

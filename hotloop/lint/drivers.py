@@ -115,6 +115,31 @@ class DriverModel:
     def _mark(self, loop: ast.AST | None, hot: bool) -> None:  # pragma: no cover (ModuleInfo's)
         raise NotImplementedError
 
+    def _iterates_data(self, it: ast.expr) -> bool:  # pragma: no cover (KindModel's)
+        raise NotImplementedError
+
+    def _per_step_outer(self, outer: ast.AST, loop: ast.AST) -> bool:
+        """A step loop over something that is not data (a GAN's phases, `range(n_critic)`) inside a loop that
+        fetches the batch itself (iterates a loader, or calls `next()` on one outside the inner loop): the
+        outer loop runs once per step, not once per epoch."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or self._iterates_data(loop.iter):
+            return False
+        if isinstance(outer, (ast.For, ast.AsyncFor)) and self._iterates_data(outer.iter):
+            return True
+        if re.search(r"accum", ast.unparse(loop.iter), re.I) and dotted(getattr(loop.iter, "func", loop)) == "range":
+            return True  # `for _ in range(cfg.accumulate):` its micro-batches: the loop around it runs once per update
+        inner = set(map(id, ast.walk(loop)))
+        return any(isinstance(n, ast.Call) and dotted(n.func) == "next" and n.args and id(n) not in inner
+                   and self.enclosing_loop(n) is outer  # (not a sibling validation loop's `next(val_iter)`: nnU-Net)
+                   and self._data_iterator(n.args[0]) for n in walk_local(outer))  # fmt: skip
+
+    def _data_iterator(self, e: ast.expr) -> bool:
+        """`train_iter`, `self.loader_iter`, or `it` assigned from `iter(...)`/`cycle(...)`."""
+        if re.search(r"loader|iter|data|batch", dotted(e), re.I):
+            return True
+        return isinstance(e, ast.Name) and any(isinstance(v, ast.Call) and dotted(v.func).split(".")[-1] in (
+            "iter", "cycle", "repeat") for v in assigned_values(e.id, self.nodes))  # fmt: skip
+
     def _rollouts(self) -> None:
         """An on-policy rollout inside the training loop (`for step in range(num_steps): ... envs.step(a)`), or an
         off-policy loop that steps the environment around its updates (`while not done: ... agent.update(...);
@@ -133,7 +158,11 @@ class DriverModel:
         for n in self.nodes:
             if not isinstance(n, (ast.For, ast.While)) or n in self.hot_loops or n in self.train_loops:
                 continue
-            fetches = isinstance(n, ast.For) and bool(TRAIN_DATA.match(_data_name(unwrapped(n.iter))))
+            it = unwrapped(n.iter) if isinstance(n, ast.For) else None
+            if isinstance(it, ast.Name):  # `pbar = tqdm(train_loader)` ... `for b, data in enumerate(pbar)` (DeepCAD)
+                made = assigned_values(it.id, walk_local(self.enclosing_function(it)))  # type: ignore[attr-defined]
+                it = unwrapped(made[0]) if len(made) == 1 and isinstance(made[0], ast.Call) else it
+            fetches = it is not None and bool(TRAIN_DATA.match(_data_name(it)))
             # `while True: data = next(train_iter)`, `for i in range(n): batch_x = next(train_loader_x_iter)` with
             # `train_loader_x_iter = iter(self.train_loader_x)` (Dassl's TrainerXU)
             fetches = fetches or any(isinstance(c, ast.Call) and dotted(c.func) == "next" and c.args
@@ -209,3 +238,23 @@ def feeds_env(mi: Any, node: ast.AST) -> bool:
         return True  # `get_action(state)` returning `action.detach().cpu().numpy()[0]` (or `np.clip(action, -1, 1)`)
     return bool(names) and any(env_step(c) and names & {a.id for a in c.args if isinstance(a, ast.Name)}  # type: ignore[attr-defined]
                                for c in walk_local(fn))  # fmt: skip
+
+
+def prepared(mi: Any, c: ast.AST) -> bool:
+    """The batches `c` moves come from a loader Accelerate or Fabric prepared: the module prepares one, and the
+    loop around `c` iterates a name that a `.prepare(...)` binds, or a loader of unknown name. x-flux prepares a
+    copy (`dit, optimizer, _, sched = accelerator.prepare(dit, optimizer, deepcopy(loader), sched)`) and
+    iterates the original: its batches are host tensors."""
+    if not re.search(r"\.prepare\(|setup_dataloaders\(", mi.source):
+        return False
+    loop = mi.enclosing_loop(c)
+    while loop is not None and not (isinstance(loop, ast.For) and mi._iterates_data(loop.iter)):
+        loop = mi.enclosing_loop(loop)
+    name = dotted(unwrapped(loop.iter)) if loop is not None else ""
+    if not name:
+        return True
+    calls = [n for n in mi.nodes if isinstance(n, ast.Call) and method_name(n) in ("prepare", "setup_dataloaders")]
+    handed = {dotted(a) for c in calls for a in ast.walk(c) if isinstance(a, (ast.Name, ast.Attribute))}
+    bound = {dotted(x) for n in mi.nodes if isinstance(n, ast.Assign) and n.value in calls
+             for t in n.targets for x in ast.walk(t)}  # fmt: skip
+    return name in bound or name not in handed  # (handed to it, but what it gave back went elsewhere: x-flux)

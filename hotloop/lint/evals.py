@@ -64,7 +64,9 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
                                            for f in helper.targets_of(n))  # fmt: skip
         loops = [n for n in body if isinstance(n, (ast.For, ast.While))]
         calls = [n for loop in loops for n in walk_local(loop) if isinstance(n, ast.Call)]
-        forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")]
+        evaled = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "eval"}
+        forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")
+                    or call_name(n) in evaled]  # fmt: skip  # (`net_g.eval()` ... `net_g(data)`: federated-learning)
         forward = min(forwards, key=lambda n: n.lineno, default=None)
         if forward is None or GRAD_OFF.search(source):
             continue

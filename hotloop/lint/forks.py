@@ -365,14 +365,15 @@ def captured_kind(model: Any, name: str, info: Any) -> str | None:
 
 
 def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
-    """Python's `max`/`min`/`abs` give back what they are given: `max(new_max_grad, abs(new_min_grad))` of two
+    """Python's `max`/`min`/`abs`/`sum` give back what they are given: `max(new_max_grad, abs(new_min_grad))` of two
     tensors is a tensor (ENAS's gradient tracker), `max([g.max() for g in grads])` the largest tensor."""
     if e.keywords or not e.args or any(isinstance(a, ast.Starred) for a in e.args):
         return None
     if len(e.args) == 1 and dotted(e.func) != "abs":  # over an iterable: what it holds
         it = e.args[0]
         held = isinstance(it, ast.Name) and it.id in info.tensor_lists or tensor_values(model, it, info)
-        return "tensor" if held else None
+        numbers = isinstance(it, ast.Name) and it.id in info.scalars and it.id not in info.tensors  # `.item()`s
+        return "tensor" if held else "scalar" if numbers else None
     kinds = {model.kind(a, info) for a in e.args}
     return "tensor" if "tensor" in kinds else ("scalar" if kinds == {"scalar"} else None)
 
@@ -430,8 +431,11 @@ def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) ->
         positions = model.remote_positions(value)
         if "scalar" in positions and len(positions) == len(target.elts):  # (the others: what the call is taken for)
             whole = model.kind(value, info) if info is not None else None
-            out = {t.id: k or (None if RECORD.search(t.id) else whole)
-                   for t, k in zip(target.elts, positions, strict=True) if isinstance(t, ast.Name)}  # fmt: skip
+            # (a tensor by the call's name only where the name bound says so too: HunyuanDiT's `model, ema, epoch,
+            # epoch_step, train_steps = model_resume(...)` gives no tensor step counter)
+            out = {t.id: k or (None if RECORD.search(t.id) or whole == "tensor" and not info.is_tensor_name(t.id)
+                               else whole) for t, k in zip(target.elts, positions, strict=True)
+                   if isinstance(t, ast.Name)}  # fmt: skip
     return out
 
 
@@ -472,4 +476,20 @@ def flushed_epochs(mi: Any) -> set[ast.AST]:
         o = mi.enclosing_loop(x)
         if o is not None and not (isinstance(o, (ast.For, ast.AsyncFor)) and mi._iterates_data(o.iter)):
             out.add(o)
+    return out
+
+
+def callback_calls(model: Any, fn: ast.AST) -> list[ast.Call]:
+    """Calls of `fn` through the parameter it is handed as: `fit_one_epoch(..., log=log_at_step)` whose
+    `log(train_loss=train_loss.item())` runs it (doctr), so its parameters are what those calls pass."""
+    handed = model.__dict__.get("_handed")
+    if handed is None:  # function name -> (parameter, call handing it), found once per module
+        handed = model.__dict__["_handed"] = {}
+        for n in model.nodes:
+            if isinstance(n, ast.keyword) and n.arg and isinstance(n.value, ast.Name):
+                handed.setdefault(n.value.id, []).append((n.arg, model.parent.get(n)))
+    out = []
+    for param, call in handed.get(getattr(fn, "name", ""), []):
+        for g in model.targets_of(call) if isinstance(call, ast.Call) else []:
+            out += [c for c in walk_local(g) if isinstance(c, ast.Call) and dotted(c.func) == param]
     return out

@@ -13,7 +13,15 @@ from __future__ import annotations
 import ast
 import re
 
-from hotloop.lint.syntax import assigned_values, dotted, method_name, param_defaults, passed_for, walk_local
+from hotloop.lint.syntax import (
+    assigned_values,
+    dotted,
+    method_name,
+    param_defaults,
+    passed_for,
+    target_names,
+    walk_local,
+)
 
 GATE_WORDS = {
     "log", "logging", "print", "eval", "evaluate", "evaluation", "val", "valid", "validate", "validation", "save",
@@ -245,17 +253,27 @@ class GateModel:
         return ...
 
     def boundary_gate(self, node: ast.If) -> bool:
+        if isinstance(node.test, ast.Name) and any(isinstance(c, ast.Call) and dotted(c.func) == node.test.id
+                                                   for s in node.body for c in ast.walk(s)):  # fmt: skip
+            return False  # `if log: log(train_loss=loss.item())` (doctr): the function exists on every step, if at all
+        if self._off_where_hot(node, on=True):
+            return False
+        if node.orelse and _bound_in(node.body) & _bound_in(node.orelse):
+            return False  # `if which == 0: exstyle = ... else: exstyle, instyle = ...` (DualStyleGAN): alternate steps
         opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)
         return (opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
                 and self.cli_default(node.test) is not True)  # fmt: skip
         # `if args.log:` with `--no_log` storing False into it (YOLACT): on by default, so its body runs every step
 
-    def _off_where_hot(self, node: ast.If) -> bool:
+    def _off_where_hot(self, node: ast.If, on: bool = False) -> bool:
         """`if calc_acc:` in `def forward(model, batch, calc_acc=False)` (nanoT5) whose every call from hot code
-        leaves the flag at its default (or passes False/None): the branch runs only for the other callers."""
+        leaves the flag at its default (or passes False/None): the branch runs only for the other callers. With
+        `on`, the other way: omnimotion's `compute_all_losses(..., write_logs=True)` called every step with the
+        default runs its `if write_logs:` block every step - no log gate, whatever the name says."""
         t, fn = node.test, self.enclosing_function(node)  # type: ignore[attr-defined]
         default = param_defaults(fn).get(t.id) if isinstance(t, ast.Name) else None
-        if not (isinstance(default, ast.Constant) and default.value in (False, None)) or getattr(self, "_asking", 0):
+        values = (True,) if on else (False, None)
+        if not (isinstance(default, ast.Constant) and default.value in values) or getattr(self, "_asking", 0):
             return False
         self._asking = 1  # (a call's own hotness may ask this again)
         try:
@@ -263,7 +281,7 @@ class GateModel:
         finally:
             self._asking = 0
         given = [passed_for(fn, c, t.id) for c in hot]  # type: ignore[union-attr]
-        return bool(hot) and all(g is None or isinstance(g, ast.Constant) and g.value in (False, None) for g in given)
+        return bool(hot) and all(g is None or isinstance(g, ast.Constant) and g.value in values for g in given)
 
     def _gated_value(self, node: ast.If) -> bool:
         """`storer = self._pre_call(is_train, storer)` then `if storer is not None:` (disentangling-vae): the
@@ -404,3 +422,9 @@ class GateModel:
                     return True
             child, n = n, self.parent.get(n)
         return False
+
+
+def _bound_in(block: list[ast.stmt]) -> set[str]:
+    """The names the statements of `block` assign (not in nested functions)."""
+    return {n for s in block for a in ast.walk(s) if isinstance(a, ast.Assign) for t in a.targets
+            for n in target_names(t)}  # fmt: skip

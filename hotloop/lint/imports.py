@@ -59,6 +59,7 @@ class Project:
         self.file = Path(mi.path).resolve() if mi.path and not mi.path.startswith("<") else None
         self.names: dict[str, tuple[Path, str]] = {}  # local name -> (file, function or class in it)
         self.modules: dict[str, Path] = {}  # local name -> module file
+        self.folders: dict[str, str] = {}  # local name -> an imported package without its `__init__.py`
         if self.file is not None and self.file.is_file():
             self._read_imports()
 
@@ -129,6 +130,8 @@ class Project:
                 for a in n.names:  # `import utils`, `import utils.misc as misc` (not `import a.b`: `a.b.f()`)
                     if (a.asname or "." not in a.name) and (f := self._resolve(a.name, 0)) is not None:
                         self.modules[a.asname or a.name] = f
+                    elif a.asname or "." not in a.name:  # `import lib` of a folder whose `__init__.py` is not here
+                        self.folders[a.asname or a.name] = a.name
         for d in self.mi.tree.body:  # the file's own `class Batches` shadows the one `from utils import *` brought
             if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.names.pop(d.name, None)
@@ -166,6 +169,9 @@ class Project:
             return self.names[head]
         if rest and "." not in rest and head in self.modules:
             return self.modules[head], rest
+        if rest and "." not in rest and head in self.folders:  # `lib.train_with_auto_virtual_batch(...)`
+            found = self._in_folder(self.folders[head], 0, rest)
+            return (found, rest) if found is not None else None
         instances = self._instances()
         obj, _, meth = name.rpartition(".")
         if obj == "self" and (inherited := self._inherited(c, meth)) is not None:
@@ -271,9 +277,9 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
             continue
         if target is None or not_a_step(target[1]) or not epochs and _evaluation_variant(c):
             continue  # (RIFE's `model.update(imgs, gt, training=False)` in `evaluate`: its step is `if training:`)
-        if not _may_step(target[0]) and not (epochs and re.search(r"train|fit|epoch", target[1], re.I)):
-            continue  # (an epoch function's step may be a third file's: LightGCN's `Procedure.BPR_train_original`)
         file, name = defining(*target)
+        if not _may_step(file) and not (epochs and re.search(r"train|fit|epoch", target[1], re.I)):
+            continue  # (an epoch function's step may be a third file's: LightGCN's `Procedure.BPR_train_original`)
         helper = load_module(file, file.stat().st_mtime)
         if helper is None:
             continue
@@ -388,6 +394,11 @@ def defining(file: Path, name: str, hops: int = 3) -> tuple[Path, str]:
         again = Project.of(mi).names.get(head)
         if again is not None and again[0] != file:
             return defining(again[0], again[1] + dot + meth, hops - 1)
+        cls = next((k for k in mi.tree.body if isinstance(k, ast.ClassDef) and k.name == head), None)
+        for base in cls.bases if cls is not None and meth else []:  # DeepCAD's `TrainerAE(BaseTrainer)`, whose
+            again = Project.of(mi).names.get(dotted(base))  # `train_func` is its base's, in trainer/base.py
+            if again is not None and again[0] != file:
+                return defining(again[0], f"{again[1]}.{meth}", hops - 1)
     return file, name
 
 

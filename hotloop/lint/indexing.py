@@ -38,6 +38,12 @@ class IndexChecks:
     def _host(self, e: ast.expr, depth: int = 0) -> bool:  # pragma: no cover (HostProvenance's)
         raise NotImplementedError
 
+    def on_device(self, e: ast.expr, at: ast.AST, depth: int = 0) -> bool:  # pragma: no cover (HostProvenance's)
+        raise NotImplementedError
+
+    def value_before(self, name: str, at: ast.AST, unpack: bool = False) -> ast.expr | None:  # pragma: no cover
+        raise NotImplementedError
+
     def _scalar_tensor(self, e: ast.expr, depth: int = 0) -> bool:
         """A one-element tensor, whose `.data[0]` is PyTorch 0.3's `.item()`: a loss or penalty by name, or a
         full reduction (`grads.norm(2, dim=1).mean()`), not a batch whose `.data[0]` is its first row."""
@@ -45,6 +51,8 @@ class IndexChecks:
             return True
         if isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute) and e.func.attr in ("mean", "sum"):
             return not e.args and not e.keywords
+        if isinstance(e, ast.Call) and re.search(r"loss", dotted(e.func).rpartition(".")[2], re.I):
+            return True  # `loss, RE, KL = model.calculate_loss(x)`: each term a one-element tensor (VampPrior)
         if depth > 5:
             return False
         # BEGAN: `(self.gamma * L_x - g_loss).data[0]` with `L_x = L_D(x)`, `def L_D(x): return l1(D(x), x)` and
@@ -94,11 +102,11 @@ class IndexChecks:
             return
         if any(self._constant_list(i) for i in parts) and self.tensor(node.value):
             self.add("HL024", node, f"`{src(node)}`: indexing with a Python list copies it to the device every step")
-        elif (any(self._numpy_index(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
+        elif (any(self._numpy_index(i) for i in parts) and self.mi.device_code and self._device_value(node)
               and not self._host(node.value)):  # fmt: skip
             message = "indexing a device tensor with a NumPy index array copies the indices to the device every step"
             self.add("HL024", node, f"`{src(node)}`: {message}; use torch.randperm(n, device=...)")
-        elif (any(self._host_index(i) for i in parts) and self.mi.device_code and self.tensor(node.value)
+        elif (any(self._host_index(i) for i in parts) and self.mi.device_code and self._device_value(node)
               and not self._host(node.value)):  # fmt: skip
             message = "indexing a device tensor with an index made on the host copies it to the device every step"
             self.add("HL024", node, f"`{src(node)}`: {message}; make it with `device=`")
@@ -121,6 +129,26 @@ class IndexChecks:
                 "device for every minibatch; index with a device tensor (torch.randperm(n, device=...) sliced)",
             )
 
+    def _device_value(self, node: ast.Subscript) -> bool:
+        """The indexed value is a tensor, or is on the device by what made it (`fps_idx` from a CUDA op given
+        device points, `self.training_buffer[k]` filled with moved batches): a host index is copied to it."""
+        if self.tensor(node.value):
+            return True
+        made = self.value_before(node.value.id, node) if isinstance(node.value, ast.Name) else None
+        if isinstance(made, ast.Call) and self.mi.targets_of(made):
+            return False  # what a same-file helper returns (a list of crops) is for `kind` to say
+        if self.on_device(node.value, node):
+            return True
+        base = node.value
+        while isinstance(base, ast.Subscript):
+            base = base.value
+        if not (isinstance(base, ast.Attribute) and dotted(base.value) == "self"):
+            return False
+        made = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign) and any(
+            dotted(t) == dotted(base) for t in n.targets) and not (isinstance(n.value, ast.Constant))]  # fmt: skip
+        return bool(made) and all(all(x is not None and self.on_device(x, x) for x in v.values)
+                                  if isinstance(v, ast.Dict) else self.on_device(v, v) for v in made)  # fmt: skip
+
     def _tensor_bound(self, b: ast.expr) -> bool:
         """A slice bound known to be a tensor by what made it, not by its name (`batch_size_t`, a Python sum)."""
         info = self.mi.function_info(b)
@@ -133,6 +161,11 @@ class IndexChecks:
         or to a slice of such a name (`mb_inds = b_inds[start:end]`, the minibatch of a shuffled index)."""
         if isinstance(e, ast.Subscript) and dotted(e.value) in ("np.r_", "numpy.r_", "np.c_", "numpy.c_"):
             return True  # `output[..., np.r_[:2, 4:n_ch]]` (YOLOv4's loss)
+        if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Slice) and depth <= 2:  # CSDI's `ind[:size]`
+            return self._numpy_index(e.value, depth + 1)
+        if isinstance(e, ast.Call):  # `fps_idx[:, np.random.choice(1200, n, False)]` (RS-CNN, Point-MAE)
+            numpy = self.mi.call_name(e).split(".")[0] in ("np", "numpy")
+            return numpy and method_name(e) not in ("array", "asarray") and not _numpy_scalar(e)
         if not isinstance(e, ast.Name) or depth > 2:
             return False
         fn = self.mi.enclosing_function(e)
@@ -167,6 +200,9 @@ class IndexChecks:
         `torch.randint(...)` made without `device=`, or a name bound only to one (MixMatch's `all_inputs[idx]`)."""
         if isinstance(e, ast.Call) and self.mi.call_name(e) == "range":
             return True
+        if isinstance(e, ast.Subscript) and (isinstance(e.slice, ast.Slice) or isinstance(e.slice, ast.Call)
+                                             and self.mi.call_name(e.slice) == "slice"):  # fmt: skip
+            return self._host_index(e.value)  # a minibatch of a host permutation: `perm[i:i + b]` (ACE, PPO)
         if not isinstance(e, (ast.Name, ast.Call)):
             return False
         made = assigned_values(e.id, [*walk_local(self.mi.enclosing_function(e))]) if isinstance(e, ast.Name) else []
@@ -222,6 +258,8 @@ class IndexChecks:
         DETR's `torch.as_tensor([num_boxes], device=...)`); not a list of tensors (that is a stack)."""
         if self._constant_list(e) or self._shape_list(e):
             return True
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float) or self.kind(e) == "scalar":
+            return True  # one Python number (`torch.tensor(0., device=z.device)`, joeynmt's `batch.ntokens`)
         elts = e.elts if isinstance(e, (ast.List, ast.Tuple)) else []
         return bool(elts) and not any(isinstance(x, ast.Starred) or self.kind(x) == "tensor" for x in elts)
 

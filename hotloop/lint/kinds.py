@@ -23,6 +23,7 @@ from hotloop.lint.forks import (
     backed_up,
     branch_kind,
     builtin_kind,
+    callback_calls,
     captured_kind,
     compare_kind,
     counter_entry,
@@ -88,8 +89,7 @@ class FunctionInfo:
     scalars: set[str] = field(default_factory=set)  # Python values: evidence that a name is not a tensor
     tensor_lists: set[str] = field(default_factory=set)
     list_lines: dict[str, int] = field(default_factory=dict)  # where a name was last made a list of tensors
-    # name -> [(line, kind)] of its assignments: the last one above a use decides, where it is known
-    history: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)
+    history: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)  # name -> [(line, kind)]: last wins
     settled: dict[str, list[tuple[int, str | None]]] = field(default_factory=dict)  # the last whole pass's
 
     def tensor_list_at(self, name: str, line: int) -> bool:
@@ -149,9 +149,8 @@ class KindModel:
         info = FunctionInfo(fn)
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._param_kinds(fn, info)
-        # Source order: `smooth = 0` is seen before `smooth = beta * smooth + (1 - beta) * loss_f`.
         body = sorted((n for n in self.walk_local(fn) if hasattr(n, "lineno")),  # type: ignore[attr-defined]
-                      key=lambda n: (n.lineno, n.col_offset))  # fmt: skip
+                      key=lambda n: (n.lineno, n.col_offset))  # fmt: skip  # (source order: `smooth = 0` first)
         backed = backed_up(self, body)  # (assignments a `.backward()` proves to hold a tensor)
         for _ in range(2):  # a second pass lets names defined from other names settle
             history: dict[str, list[tuple[int, str | None]]] = {}
@@ -207,7 +206,9 @@ class KindModel:
                             info.tensor_lists.add(name)
                             info.list_lines[name] = max(info.list_lines.get(name, 0), n.lineno)
                 elif isinstance(n, ast.Call) and method_name(n) == "append" and n.args:
-                    if self.kind(n.args[0], info) == "tensor":
+                    if (appended := self.kind(n.args[0], info)) == "scalar":  # `running_loss.append(l.item())`
+                        info.scalars.add(dotted(n.func.value))
+                    elif appended == "tensor":
                         key = dotted(n.func.value)
                         info.tensor_lists.add(key)
                         info.list_lines[key] = max(info.list_lines.get(key, 0), n.lineno)
@@ -272,7 +273,7 @@ class KindModel:
                     info.tensors.add(a.arg)
                 elif re.fullmatch(r"(int|float|bool|str|Optional\[(int|float|str)\]|(int|float|str) \| None)", ann):
                     info.scalars.add(a.arg)
-        calls = self.calls_to.get(fn.name, [])  # type: ignore[attr-defined]
+        calls = [*self.calls_to.get(fn.name, []), *callback_calls(self, fn)]  # type: ignore[attr-defined]
         if not calls or fn in self._in_progress:
             return
         self._in_progress.add(fn)
@@ -411,10 +412,9 @@ class KindModel:
                 return "tensor"
             if kinds == {"scalar"}:
                 return "scalar"
-            # Arithmetic on a Python value with names showing no sign of a tensor (`loss.item() * accum`,
-            # `ema * smooth + (1 - ema) * loss_f`) is a Python number; an unknown call may return a tensor.
-            # A name assigned from something unknown is no such sign either way (LATTICE's `self.decay * regularizer`,
-            # `regularizer` a sum of `(users ** 2).sum()` over parameters not yet typed).
+            # Arithmetic on a Python value with names showing no sign of a tensor (`loss.item() * accum`) is a Python
+            # number; an unknown call may return a tensor. A name assigned from something unknown is no such sign
+            # either way (LATTICE's `self.decay * regularizer`, `regularizer` a sum of untyped `(u ** 2).sum()`).
             if "scalar" in kinds and not any(isinstance(x, ast.Call) and self.kind(x, info) != "scalar"
                                              for x in ast.walk(e)) and not any(
                     unknown_before(x, info) for x in operands(e)):  # fmt: skip
@@ -490,7 +490,7 @@ class KindModel:
             return "tensor"  # `reduce_dict(loss_dict)`, `reduce_tensor(loss)`: tensors across ranks
         if name == "sum" and e.args and tensor_values(self, e.args[0], info):
             return "tensor"  # Python sum of tensors is a tensor
-        if name in ("max", "min", "abs") and (k := builtin_kind(self, e, info)) is not None:
+        if name in ("max", "min", "abs", "sum") and (k := builtin_kind(self, e, info)) is not None:
             return k
         if isinstance(e.func, (ast.Name, ast.Attribute)) and module_instance(self, dotted(e.func)):
             return "tensor"  # `mse = torch.nn.MSELoss()` ... `mse(a, b)`

@@ -19,6 +19,7 @@ from pathlib import Path
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
 from hotloop.lint.classes import project_flag_zero
 from hotloop.lint.imports import Project, find_def, load_module
+from hotloop.lint.loader_classes import as_dict, loader_class, loader_class_def, own_loader, through_super  # noqa: F401 (checks imports two)
 from hotloop.lint.syntax import block_of, param_defaults, passed_for
 
 # A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
@@ -63,7 +64,7 @@ class LoaderChecks:
         if kws is None or any(isinstance(a, ast.Starred) for a in c.args):
             return []  # **kwargs we cannot see into: the options may be in there
         args = c.args  # (a project subclass whose `__init__` hands DataLoader its options: those, dc-tts's workers=8)
-        if (cls := loader_class_def(self.mi, c)) is not None and (passed := _through_super(cls, c)) is not None:
+        if (cls := loader_class_def(self.mi, c)) is not None and (passed := through_super(cls, c)) is not None:
             kws, args = passed, []
         # DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory, ...)
         workers_value = kws.get("num_workers", args[5] if len(args) > 5 else None)
@@ -99,6 +100,11 @@ class LoaderChecks:
                       if isinstance(v, ast.Name)]  # fmt: skip
             return bool(values) and len(params) == len(values) and all(
                 isinstance(d, ast.Constant) and d.value == 0 for d in params)  # fmt: skip
+        module = Project.of(self.mi).modules.get(dotted(e.value)) if isinstance(e, ast.Attribute) else None
+        if module is not None:  # `import config as CFG` ... `num_workers=CFG.num_workers` with `num_workers = 0`
+            other = load_module(module, module.stat().st_mtime)  # in config.py (OpenAI-CLIP)
+            made = assigned_values(e.attr, other.tree.body) if other is not None else []
+            return bool(made) and all(isinstance(v, ast.Constant) and v.value == 0 for v in made)
         if not isinstance(e, ast.Name):
             return False
         # the function's own assignments decide (ChatLM's `num_workers = 0` in `train`; `test` sets 4 for itself)
@@ -140,7 +146,7 @@ class LoaderChecks:
                             values.append(a)
                         elif isinstance(a, ast.Name):
                             values += assigned_values(a.id, nodes)
-            dicts = [_as_dict(d) for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+            dicts = [as_dict(d) for v in values for d in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
             if not dicts or not all(isinstance(d, ast.Dict) for d in dicts):
                 return None
             for d in dicts:
@@ -193,7 +199,7 @@ class LoaderChecks:
         if isinstance(assign, ast.Call) and call_name(assign) == "iter" and assign.args[:1] == [c]:
             return False  # `loader = iter(DataLoader(...))` (MiniGPT-4's endless webdataset): one pass, by hand
         names = _bound(assign)
-        if not names or any(n.startswith(("self.", "cls.")) for n in names):
+        if not names or any("." in n for n in names):  # (PointDSC's `config.train_loader`, read by its Trainer)
             return not per_pass  # passed straight on or kept on an object: assume several epochs
         scope = self.mi.enclosing_function(c)
         # only the uses of this binding: up to the name's next assignment in the same block (straight-line code;
@@ -234,8 +240,10 @@ class LoaderChecks:
             if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)
                     and window[0] <= u.lineno < window[1]):  # fmt: skip
                 continue
-            if self.mi.enclosing_function(u) is not scope:
-                return True  # a global loader read by a function (an epoch function, called again and again)
+            if self.mi.enclosing_function(u) is not scope:  # a global loader read by a function (an epoch function,
+                if not self._read_once(u):  # called again and again), not a `test()` run once after training
+                    return True
+                continue
             outer = self.mi.parent.get(u)
             if (
                 isinstance(outer, ast.Return)
@@ -291,6 +299,16 @@ class LoaderChecks:
                                                           for u in ast.walk(f))
                    and any(self.mi.enclosing_loop(c) is not None for c in self.mi.calls_to.get(f.name, []))
                    for f in walk_local(scope))  # fmt: skip
+
+    def _read_once(self, u: ast.expr) -> bool:
+        """`u` is iterated by a loop in no loop, in a function called only at module level outside any loop (or a
+        measure taken of it): AttentionDeepMIL's `test()` after its epochs reads `test_loader` once."""
+        fn, outer = self.mi.enclosing_function(u), self._through_wrappers(self.mi.parent.get(u))
+        calls = self.mi.calls_to.get(getattr(fn, "name", ""), [])
+        looped = isinstance(outer, ast.For) and outer.iter is not None and u in ast.walk(outer.iter)
+        measured = isinstance(outer, ast.Call) and call_name(outer) == "len"
+        top = all(self.mi.enclosing_loop(k) is None and self.mi.enclosing_function(k) is self.mi.tree for k in calls)
+        return bool(calls) and (looped and self.mi.enclosing_loop(outer) is None or measured) and top
 
     def _through_wrappers(self, outer: ast.AST | None) -> ast.AST | None:
         """What uses a loader past the `enumerate(...)`/`tqdm(...)` around it (the `for` that iterates it)."""
@@ -430,66 +448,3 @@ def _returned(mi: ModuleInfo, fn: ast.AST, caller: object, call: ast.Call, hops:
             if target is not None and "." not in target[1]:
                 out += loaders_built(*target, caller, call, hops)
     return out
-
-
-def loader_class(mi: ModuleInfo, c: ast.Call) -> bool:
-    """`AudioDataLoader(...)` constructs a project class derived from `DataLoader` (Speech-Transformer,
-    Conv-TasNet, pretrain-gnns): its keywords are DataLoader's. So does a library's `*DataLoader` given
-    `num_workers` (torchmeta's `BatchMetaDataLoader`, a DataLoader subclass)."""
-    name = call_name(c).rpartition(".")[2]
-    library = (
-        name.endswith("DataLoader")
-        and any(k.arg == "num_workers" for k in c.keywords)
-        and not any(isinstance(n, ast.ClassDef) and n.name == name for n in mi.tree.body)
-    )  # (not the file's own class)
-    return library or loader_class_def(mi, c) is not None
-
-
-def _through_super(cls: ast.ClassDef, c: ast.Call) -> dict[str, ast.expr] | None:
-    """The keywords the class's `__init__` hands to `super().__init__(...)`, its own parameters replaced by what
-    the call passes or else their defaults; None when there is no such call (the class takes DataLoader's own)."""
-    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-    sup = [n for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-           and n.func.attr == "__init__" and isinstance(n.func.value, ast.Call)] if init else []  # fmt: skip
-    if not sup or any(k.arg is None for n in sup for k in n.keywords):
-        return None
-    params = [a.arg for a in init.args.args[1:]]  # type: ignore[union-attr]
-    given = {**dict(zip(params, c.args, strict=False)), **{k.arg: k.value for k in c.keywords if k.arg}}
-    defaults = param_defaults(init)  # type: ignore[arg-type]
-    out = {}
-    for k in sup[0].keywords:  # (with several calls, as SSRNDataLoader's per-mode ones, the first)
-        v = k.value
-        if isinstance(v, ast.Name) and v.id in params:
-            v = given.get(v.id, defaults.get(v.id))  # type: ignore[assignment]
-        if v is not None:
-            out[k.arg] = v  # type: ignore[index]
-    return out
-
-
-def own_loader(mi: ModuleInfo, c: ast.Call) -> bool:
-    """`DataLoader(...)` constructs the file's own class of that name, not derived from PyTorch's (conv-tasnet's
-    chunk-level `class DataLoader(object)`, which builds a torch loader inside, judged there)."""
-    local = next((n for n in mi.tree.body if isinstance(n, ast.ClassDef) and n.name == call_name(c)), None)
-    return local is not None and not any(dotted(b).endswith("DataLoader") for b in local.bases)
-
-
-def loader_class_def(mi: ModuleInfo, c: ast.Call) -> ast.ClassDef | None:
-    """The project class derived from `DataLoader` that `c` constructs, if it is one."""
-    name = call_name(c)
-    local = find_def(mi.tree, name, ()) if "." not in name else None
-    if isinstance(local, ast.ClassDef):
-        cls = local
-    else:
-        target = Project.of(mi)._class_of(c)
-        other = load_module(target[0], target[0].stat().st_mtime) if target is not None else None
-        cls = next((n for n in other.tree.body if isinstance(n, ast.ClassDef) and n.name == target[1]), None) \
-            if other is not None else None  # type: ignore[index]  # fmt: skip
-    return cls if cls is not None and any(dotted(b).rpartition(".")[2] == "DataLoader" for b in cls.bases) else None
-
-
-def _as_dict(e: ast.expr) -> ast.expr:
-    """`dict(batch_size=b, num_workers=n)` as the literal `{"batch_size": b, "num_workers": n}` (Pytorch-UNet's
-    `loader_args`); anything else as it is."""
-    if isinstance(e, ast.Call) and call_name(e) == "dict" and not e.args and all(k.arg for k in e.keywords):
-        return ast.Dict(keys=[ast.Constant(k.arg) for k in e.keywords], values=[k.value for k in e.keywords])
-    return e

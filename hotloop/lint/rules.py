@@ -23,8 +23,9 @@ class Rule:
 _R = [
     Rule(
         "HL000",
-        "file could not be parsed",
-        "A syntax error stops every other check for the file.",
+        "file could not be parsed (or analysed)",
+        "A syntax error stops every other check for the file; so does an internal error of the linter, reported "
+        "with its exception so it can be fixed (HOTLOOP_LINT_RAISE=1 shows the traceback).",
         "def f(:",
         "def f():",
         severity="error",

@@ -30,6 +30,7 @@ VARYING = re.compile(r"\b(ep|it|i|e|t|n_iter|batch_idx)\b|epoch(?!s)|episode|ste
                      r"score|loss|psnr|bleu|fid\b|time|counter", re.I)  # fmt: skip
 
 
+STAMP = re.compile(r"strftime\(|datetime\.now\(|time\.time\(\)")  # the time of day, in a path
 RUN_OPTION = re.compile(r"\b(args|opts?|cfg|config|hparams|FLAGS)\.(\w*s|(max|num|n|total)_\w+)\b")
 """`{args.epochs}`, `{args.diffusion_steps}`: a total the run was given, the same at every save (minimal-diffusion's
 `epoch_{args.epochs}` file is one file, overwritten each epoch). Not a counter kept on the options
@@ -39,6 +40,7 @@ RUN_OPTION = re.compile(r"\b(args|opts?|cfg|config|hparams|FLAGS)\.(\w*s|(max|nu
 def formats_a_counter(text: str) -> bool:
     """`f"model_{epoch}.pt"`, `'model_%d.pt' % it`, `"ckpt{}.pth".format(step)`, `'ssd_' + repr(iteration)`: the
     name changes each save."""
+    text = re.sub(r"(['\"])([^'\"{}%]*)\1\.format\([^)]*\)", r"\1\2\1", text)  # `'epoch_last.pt'.format(e)`: no field
     formatted = re.findall(r"\{([^{}]*)\}|%\s*\(?([^)]*)\)?|format\(([^)]*)\)|(?:str|repr)\(([^)]*)\)", text)
     # a path builder given the counter (LeRobot's `get_step_checkpoint_dir(cfg.output_dir, cfg.steps, step)`; not
     # a run's time stamp, Pointnet2's `exp_dir.joinpath(timestr)`, one directory for the whole run)
@@ -53,6 +55,14 @@ def _fixed_file(v: ast.expr) -> bool:
     if isinstance(v, ast.Call) and dotted(v.func).endswith("path.join") and v.args:
         v = v.args[-1]
     return isinstance(v, ast.Constant) and isinstance(v.value, str) and bool(re.search(r"\.\w+$", v.value))
+
+
+def _fixed_file_arg(v: ast.expr) -> bool:
+    """A name with nothing in it that varies: `"latest"`, `ckpt_dir / 'latest_model.pt'`, `f'best_model.pt'`."""
+    consts = [c.value for c in ast.walk(v) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+    fields = any(isinstance(x, ast.FormattedValue) for x in ast.walk(v))
+    return bool(consts) and not fields and not formats_a_counter(ast.unparse(v)) and (
+        isinstance(v, ast.Constant) or any(re.search(r"\.\w+$", c) for c in consts))  # fmt: skip
 
 
 class SaveChecks:
@@ -175,8 +185,10 @@ class SaveChecks:
             for n in walk_local(fn)
         )
 
-    def _caller_paths(self, fn: ast.AST, names: list[str]) -> str:
-        """The text of what same-file callers pass for the parameters in `names` (and how they built it)."""
+    def _caller_paths(self, fn: ast.AST, names: list[str], own: str = "") -> str | None:
+        """The text of what same-file callers pass for the parameters in `names` (and how they built it); None
+        when one passes a fixed name that the path `own` varies by nothing else (SAM-Med3D's `describe="latest"`
+        into `f"sam_model_{describe}.pth"`, beside a caller naming it by the epoch: sometimes fixed is real)."""
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return ""
         text = ""
@@ -187,6 +199,8 @@ class SaveChecks:
                 arg = call.args[i] if i < len(call.args) else next((k.value for k in call.keywords if k.arg == p), None)
                 if arg is None or p not in names:
                     continue
+                if _fixed_file_arg(arg) and own and not formats_a_counter(re.sub(rf"\b{p}\b", "", own)):
+                    return None  # (also DeepPhonemizer's `path=self.checkpoint_dir / 'latest_model.pt'`)
                 text += " " + ast.unparse(arg)
                 used = {x.id for x in ast.walk(arg) if isinstance(x, ast.Name)}
                 text += "".join(
@@ -210,13 +224,16 @@ class SaveChecks:
         fn = self.mi.enclosing_function(c)
         seen: set[str] = set()
         todo = [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
-        text += self._caller_paths(fn, todo)
+        if (callers := self._caller_paths(fn, todo, text)) is None:
+            return False
+        text += callers
         for w in walk_local(fn):  # `with open(path, "wb") as f: torch.save(state, f)`: the path is the target
             if isinstance(w, ast.With):
                 for item in w.items:
                     if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id in todo:
                         text += " " + ast.unparse(item.context_expr)
                         todo += [n.id for n in ast.walk(item.context_expr) if isinstance(n, ast.Name)]
+        once: set[str] = set()
         for depth in range(3):  # `iterstring = str(iteration)`; `d = join(out, iterstring)`; `path = join(d, name)`
             found = []
             for name in set(todo) - seen:
@@ -237,6 +254,9 @@ class SaveChecks:
                         for x in ast.walk(v)
                     ):
                         return False  # `"checkpoint_{}.pth".format("best" if is_best else epoch)` (MiniGPT-4)
+                    if STAMP.search(ast.unparse(v)) and not self._in_loop_of(v, c):
+                        once.add(name)  # a run's directory stamped once before the loop (GemNet's, doctr's
+                        continue  # `current_time`): one path, rewritten
                     text += " " + ast.unparse(v)
                     if isinstance(v, ast.Call):  # `filename = self.ckpt_file_name()`: what the same-file helper returns
                         text += " ".join(ast.unparse(r.value) for f in self.mi.targets_of(v) for r in walk_local(f)
@@ -252,8 +272,20 @@ class SaveChecks:
             todo = found
         if re.search(r"BytesIO\(", text):
             return True
+        for name in once:
+            text = re.sub(rf"\b{re.escape(name)}\b", "run_name", text)
         # a directory named by the time of the save (pytorch-seq2seq's `Checkpoint.save`): a new one each time
-        return formats_a_counter(text) or bool(re.search(r"strftime\(|datetime\.now\(|time\.time\(\)", text))
+        return formats_a_counter(text) or bool(STAMP.search(text))
+
+    def _in_loop_of(self, v: ast.AST, c: ast.Call) -> bool:
+        """`v` runs with each save: inside the save's loop, or in another function (a helper saving)."""
+        loop = self.mi.enclosing_loop(c)
+        if loop is None or self.mi.enclosing_function(v) is not self.mi.enclosing_function(c):
+            return True
+        n = self.mi.parent.get(v)
+        while n is not None and n is not loop:
+            n = self.mi.parent.get(n)
+        return n is loop
 
 
 def _earlier(exprs: list[ast.expr], fn: ast.AST, rounds: int, bound: bool = False) -> Iterator[list[ast.expr]]:

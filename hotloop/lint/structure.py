@@ -304,7 +304,11 @@ class StructureChecks:
                     continue  # an evaluation sampler: no order to vary
                 parent = self.mi.parent.get(n)
                 while isinstance(parent, ast.IfExp):  # `DistributedSampler(ds) if distributed else None`
+                    if "SequentialSampler" in ast.unparse(parent.body if parent.orelse is n else parent.orelse):
+                        break  # `SequentialSampler(pred_dataset) if local_rank == -1 else ...`: evaluation data (CLUE)
                     parent = self.mi.parent.get(parent)
+                if isinstance(parent, ast.IfExp):
+                    continue
                 where = (
                     " ".join(dotted(t) for t in getattr(parent, "targets", []))
                     + " "
@@ -314,7 +318,7 @@ class StructureChecks:
                     + " "
                     + (dotted(n.args[0]) if n.args else "")  # `DistributedSampler(valset)`
                 )
-                if re.search(r"val|test|eval", where, re.I):
+                if re.search(r"val|test|eval|pred", where, re.I):
                     continue
                 if guards:
                     if guards & self._conditions(n):

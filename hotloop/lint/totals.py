@@ -17,7 +17,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
-from hotloop.lint.analysis import ModuleInfo, dotted, method_name, target_names, walk_local
+from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.structure import src
 from hotloop.lint.syntax import under_no_grad
 
@@ -56,6 +56,41 @@ def running_totals(
                 and not DETACHES.search(ast.unparse(value_before(added.id, n) or ast.Constant(None)))):  # fmt: skip
             yield n, (f"`{src(n)}` keeps every step's autograd graph in a running total: add `{added.id}.item()` "
                       "(or `.detach()`)")  # fmt: skip
+
+
+def meter_totals(mi: ModuleInfo, loop: ast.AST) -> Iterator[tuple[ast.Call, str]]:
+    """(call, message) for `meter.update(loss, n)` in the hot `loop` with the loss it calls `.backward()` on (or a
+    term beside it), where the meter's `update` (its class in this file or another of the project) adds what it
+    is given into an attribute: `self.sum += val * n` keeps every step's graph until the meter is reset (align_
+    uniform's `AverageMeter`, pytorch/examples' copy). One that reads the value first (`val.item()`) does not."""
+    from hotloop.lint.imports import Project, defining, find_def, load_module  # (imports builds on analysis)
+
+    body = list(walk_local(loop))
+    stepped = {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
+               and isinstance(c.func, ast.Attribute)}  # fmt: skip
+    terms = {t for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.BinOp)
+             and {t for x in n.targets for t in target_names(x)} & stepped
+             for x in ast.walk(n.value) if isinstance(x, ast.Name) for t in [x.id]}  # fmt: skip
+    for c in body:
+        if not (isinstance(c, ast.Call) and method_name(c) == "update" and c.args and isinstance(c.args[0], ast.Name)
+                and (c.args[0].id in stepped or c.args[0].id in terms and "loss" in c.args[0].id)):  # fmt: skip
+            continue
+        if mi.kind(c.args[0], mi.function_info(c)) != "tensor" or under_no_grad(mi.parent, c):
+            continue
+        made = [v for v in assigned_values(dotted(c.func.value), mi.nodes) if isinstance(v, ast.Call)]  # type: ignore[attr-defined]
+        local = {k.name for k in mi.tree.body if isinstance(k, ast.ClassDef)} & {dotted(v.func) for v in made}
+        target = None if local else Project.of(mi).callee(c)
+        file, name = defining(*target) if target is not None else (None, "")
+        helper = load_module(file, file.stat().st_mtime) if file is not None else None
+        fn = find_def(helper.tree, name) if helper is not None and "." in name else None
+        fn = find_def(mi.tree, f"{local.pop()}.update") if local else fn
+        params = [a.arg for a in fn.args.args][1:2] if isinstance(fn, ast.FunctionDef) else []
+        if not params or DETACHES.search(ast.unparse(fn)) or "item(" in ast.unparse(fn):  # type: ignore[arg-type]
+            continue
+        if any(isinstance(n, ast.AugAssign) and dotted(n.target).startswith("self.")
+               and params[0] in {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} for n in ast.walk(fn)):  # type: ignore[arg-type]  # fmt: skip
+            yield c, (f"`{src(c)}` adds `{c.args[0].id}` (still holding its autograd graph) into the meter's running "
+                      f"sum every step: pass `{c.args[0].id}.item()` at a log boundary (or `.detach()`)")  # fmt: skip
 
 
 def _smoothed(n: ast.AST) -> bool:
