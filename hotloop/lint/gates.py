@@ -212,7 +212,7 @@ class GateModel:
         False, store_false: True); `...` when unknown. With `across`, also from the project module whose
         function made `args` (only HL013 asks: a gate or a loader judged by another file's defaults moved
         labelled findings both ways, KGAT's `--cf_print_every 1` log gate among them)."""
-        if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)):
+        if not isinstance(e, ast.Attribute):  # (also `self.params.print_freq` holding the flag: consistent_depth)
             return ...
         cache = self.__dict__.setdefault("_cli", None)
         if cache is None:
@@ -233,7 +233,7 @@ class GateModel:
                     for f in flags:
                         cache[kws["dest"].value if isinstance(kws.get("dest"), ast.Constant) else
                               f.lstrip("-").replace("-", "_")] = value  # fmt: skip
-        if e.attr in cache or not across or getattr(self, "_cli_asking", 0):
+        if e.attr in cache or not across or getattr(self, "_cli_asking", 0) or not isinstance(e.value, ast.Name):
             return cache.get(e.attr, ...)
         from hotloop.lint.imports import Project, defining, load_module  # (imports builds on this module)
 

@@ -282,7 +282,7 @@ class IndexChecks:
             # (or a test of a value not known to be a number indexing a tensor: PointPillars' `x[w > 0]`; with
             # Python numbers it would be one bool, which indexes nothing anyone writes)
             return self.tensor(e) or named or self.kind(e) is None and self.tensor(getattr(node, "value", node))
-        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`
+        if _logical(e):  # `(t >= 0) & (t < n)`
             return self._is_mask(e.left, node) or self._is_mask(e.right, node)
         if isinstance(e, ast.Name):
             if e.id in self._mask_names(node):
@@ -332,13 +332,19 @@ class IndexChecks:
                 made = assigned_values(inner.id, [*walk_local(self.mi.enclosing_function(inner))])
                 return bool(made) and all(self._mask_value(m, depth + 1) for m in made)
             return self._mask_value(inner, depth)
-        if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.BitAnd, ast.BitOr)):  # `(t >= 0) & (t < n)`, also
+        if _logical(v):  # `(t >= 0) & (t < n)`, also
             sides = (v.left, v.right)  # of a `t` of unknown kind (PointPillars' labels): numbers would give one bool
             return any(isinstance(s, ast.Compare) and self.tensor(s) for s in sides) or all(
                 isinstance(s, ast.Compare) and self.kind(s) is None for s in sides)  # fmt: skip
         if isinstance(v, ast.Compare) and re.search(r"(^|[._])mask$", dotted(v.left)):  # sb3-contrib's
             return all(isinstance(c, ast.Constant) for c in v.comparators)  # `mask = rollout_data.mask > 1e-8`
         return isinstance(v, ast.Compare) and self.tensor(v) or isinstance(v, ast.Call) and _bool_made(v)
+
+
+def _logical(e: ast.expr) -> bool:
+    """`a & b`, `a | b`, or `(t >= 0) * (t != 255)` (ADVENT's `cross_entropy_2d`: a product of tests is their and)."""
+    return isinstance(e, ast.BinOp) and (isinstance(e.op, (ast.BitAnd, ast.BitOr)) or isinstance(e.op, ast.Mult)
+                                         and all(isinstance(x, ast.Compare) for x in (e.left, e.right)))  # fmt: skip
 
 
 MASK_KEY = re.compile(r"(^|_)(mask|done|dones)$")

@@ -59,7 +59,7 @@ EVAL_FUNCTION = re.compile(r"^(val|eval|test|predict)", re.I)  # an evaluation l
 def grad_off_at(mi: ModuleInfo, node: ast.AST) -> bool:
     """`node` runs under `with torch.no_grad():` (or inference_mode, set_grad_enabled), or in a function
     decorated with it."""
-    n = mi.parent.get(node)
+    child, n = node, mi.parent.get(node)
     while n is not None:
         if isinstance(n, ast.With) and any(GRAD_OFF.search(ast.unparse(i.context_expr)) for i in n.items):
             return True
@@ -67,12 +67,16 @@ def grad_off_at(mi: ModuleInfo, node: ast.AST) -> bool:
             GRAD_OFF.search(ast.unparse(d)) for d in n.decorator_list
         ):
             return True
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(  # `torch.set_grad_enabled(False)` above
-            isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.lineno < node.lineno  # type: ignore[attr-defined]
-            and call_name(s.value).endswith("set_grad_enabled") and s.value.args and is_false_node(s.value.args[0])
-            for s in n.body):  # fmt: skip
-            return True
-        n = mi.parent.get(n)
+        block = next((b for b in (getattr(n, "body", None), getattr(n, "orelse", None))
+                      if isinstance(b, list) and child in b), None)  # fmt: skip
+        # `torch.set_grad_enabled(False)` above in the block, not turned back on since (NLSPN's validation, inside
+        # its epoch loop after the training pass)
+        switches = [s.value.args[0] for s in (block[: block.index(child)] if block else [])
+                    if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and s.value.args
+                    and call_name(s.value).endswith("set_grad_enabled")]  # fmt: skip
+        if switches:
+            return is_false_node(switches[-1])
+        child, n = n, mi.parent.get(n)
     return False
 
 

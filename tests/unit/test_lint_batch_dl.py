@@ -827,3 +827,76 @@ def test_a_meter_summing_the_loss_it_is_given_keeps_every_graph(tmp_path: Path):
     assert (len(METER.splitlines()) + 12, "HL019") in found(STEP.format(imports="", meter=METER))
     reads = METER.replace("self.sum += val * n", "self.sum += val.item() * n")
     assert not [h for h in found(STEP.format(imports="", meter=reads)) if h[1] == "HL019"]
+
+
+def test_a_product_of_two_tests_is_a_mask():
+    """ADVENT's `cross_entropy_2d`: `target_mask = (target >= 0) * (target != 255)` then `target[target_mask]`
+    every step: multiplying two boolean tensors is their logical and, so this indexes with a mask (HL006). A
+    product with a number is no mask."""
+    src = """
+    import torch
+
+    for images, labels in loader:
+        pred = model(images.cuda(non_blocking=True))
+        target = labels.cuda(non_blocking=True)
+        target_mask = (target >= 0) * (target != 255)
+        kept = target[target_mask]
+        loss = torch.nn.functional.cross_entropy(pred[target_mask], kept)
+        loss.backward()
+        optimizer.step()
+    """
+    assert (8, "HL006") in found(src)
+    assert (8, "HL006") not in found(src.replace("(target >= 0) * (target != 255)", "(target >= 0) * 2"))
+
+
+def test_grad_switched_off_by_a_statement_in_the_epoch_loop_covers_the_validation_after_it():
+    """NLSPN: in the epoch loop, after the training pass, `torch.set_grad_enabled(False); net.eval()` then the
+    validation loop: gradients are off there (structure.grad_off_at reads the statements above in each enclosing
+    block). Switched back on before the loop, they are not."""
+    src = """
+    import torch
+
+    def main(net, loader_train, loader_val, optimizer, epochs):
+        for epoch in range(epochs):
+            torch.set_grad_enabled(True)
+            net.train()
+            for sample in loader_train:
+                loss = net(sample.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+            torch.set_grad_enabled(False)
+            net.eval()
+            for sample in loader_val:
+                out = net(sample.cuda(non_blocking=True))
+    """
+    assert not [h for h in found(src) if h[1] == "HL018"]
+    back_on = src.replace(
+        "            net.eval()\n", "            net.eval()\n            torch.set_grad_enabled(True)\n"
+    )
+    assert [h for h in found(back_on) if h[1] == "HL018"]
+
+
+def test_a_gate_on_a_flag_kept_on_an_object_that_defaults_to_one_opens_every_step():
+    """consistent_depth: `parser.add_argument('--print_freq', type=int, default=1)` and, in the trainer,
+    `if writer is not None and total_iters % self.params.print_freq == 0: writer.add_scalar(name, loss, n)`: the
+    flag is read off the object that holds the parsed options, and with its default the gate opens every step."""
+    src = """
+    import argparse
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--print_freq", type=int, default=1)
+
+    class Trainer:
+        def train(self, loader, writer):
+            total_iters = 0
+            for batch in loader:
+                loss = self.model(batch.cuda(non_blocking=True)).mean()
+                loss.backward()
+                self.optimizer.step()
+                total_iters += 1
+                if writer is not None and total_iters % self.params.print_freq == 0:
+                    writer.add_scalar("Train/loss", loss, total_iters)
+    """
+    assert (17, "HL002") in found(src)
+    assert (17, "HL002") not in found(src.replace("default=1)", "default=100)"))
