@@ -50,6 +50,13 @@ def _typed(mi: ModuleInfo, c: ast.Call, receiver: str) -> tuple[Path, str] | Non
     cls = mi.parent.get(fn)
     if head != "self" or "." in rest or not isinstance(cls, ast.ClassDef):
         return None
+    memo = mi.__dict__.setdefault("_typed_self", {})  # (asked for every `self.x(...)` call: each class once)
+    if (cls, receiver) not in memo:
+        memo[(cls, receiver)] = _typed_attribute(mi, cls, receiver)
+    return memo[(cls, receiver)]
+
+
+def _typed_attribute(mi: ModuleInfo, cls: ast.ClassDef, receiver: str) -> tuple[Path, str] | None:
     for m in (m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))):
         params = {a.arg for a in [*m.args.args, *m.args.kwonlyargs]}
         for n in walk_local(m):

@@ -269,19 +269,35 @@ class GateModel:
         """`if calc_acc:` in `def forward(model, batch, calc_acc=False)` (nanoT5) whose every call from hot code
         leaves the flag at its default (or passes False/None): the branch runs only for the other callers. With
         `on`, the other way: omnimotion's `compute_all_losses(..., write_logs=True)` called every step with the
-        default runs its `if write_logs:` block every step - no log gate, whatever the name says."""
+        default, or structurenet's `forward(..., log_tb=not conf.no_tb_log)` with `--no_tb_log` a store_true,
+        runs its `if log_tb and tb_writer is not None:` block every step - no log gate, whatever the name says."""
         t, fn = node.test, self.enclosing_function(node)  # type: ignore[attr-defined]
-        default = param_defaults(fn).get(t.id) if isinstance(t, ast.Name) else None
-        values = (True,) if on else (False, None)
-        if not (isinstance(default, ast.Constant) and default.value in values) or getattr(self, "_asking", 0):
+        if on and isinstance(t, ast.BoolOp) and isinstance(t.op, ast.And):
+            t = t.values[0]  # (the rest asks whether a writer exists: it does on every step of a run that has one)
+        if not isinstance(t, ast.Name) or getattr(self, "_asking", 0):
+            return False
+        default = param_defaults(fn).get(t.id)
+        if default is None:
             return False
         self._asking = 1  # (a call's own hotness may ask this again)
         try:
             hot = [c for c in self.calls_to.get(fn.name, []) if self.in_hot(c)]  # type: ignore[attr-defined]
         finally:
             self._asking = 0
-        given = [passed_for(fn, c, t.id) for c in hot]  # type: ignore[union-attr]
-        return bool(hot) and all(g is None or isinstance(g, ast.Constant) and g.value in values for g in given)
+        given = [passed_for(fn, c, t.id) or default for c in hot]  # type: ignore[union-attr]
+        return bool(hot) and all(self._truth(g) is on for g in given)
+
+    def _truth(self, e: ast.expr) -> bool | None:
+        """What a flag argument is on a default run: a constant, `not <flag>`, or a parsed flag's default."""
+        if isinstance(e, ast.Constant):
+            return bool(e.value)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            inner = self._truth(e.operand)
+            return None if inner is None else not inner
+        value = self.cli_default(e) if isinstance(e, ast.Attribute) else ...
+        if value is ... and isinstance(e, ast.Attribute) and e.attr.startswith("no_"):
+            return False  # `--no_tb_log`, parsed in a module not at hand: a switch that is off unless given
+        return value if isinstance(value, bool) else None
 
     def _gated_value(self, node: ast.If) -> bool:
         """`storer = self._pre_call(is_train, storer)` then `if storer is not None:` (disentangling-vae): the

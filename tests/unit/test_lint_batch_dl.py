@@ -900,3 +900,26 @@ def test_a_gate_on_a_flag_kept_on_an_object_that_defaults_to_one_opens_every_ste
     """
     assert (17, "HL002") in found(src)
     assert (17, "HL002") not in found(src.replace("default=1)", "default=100)"))
+
+
+def test_a_logging_flag_every_step_passes_on_opens_its_block_every_step():
+    """structurenet: `forward(..., log_tb=not conf.no_tb_log, tb_writer=writer)` every step, and in `forward`
+    (`log_tb=False` by default) `if log_tb and tb_writer is not None: tb_writer.add_scalar('loss', loss.item(),
+    step)`: `--no_tb_log` is a switch that is off unless given, so the block runs every step (gates._truth)."""
+    src = """
+    import torch
+
+    def forward(batch, model, step, log_tb=False, tb_writer=None):
+        loss = model(batch.cuda(non_blocking=True)).mean()
+        if log_tb and tb_writer is not None:
+            tb_writer.add_scalar("loss", loss.item(), step)
+        return loss
+
+    def train(conf, model, loader, optimizer, writer):
+        for step, batch in enumerate(loader):
+            loss = forward(batch, model, step, log_tb=not conf.no_tb_log, tb_writer=writer)
+            loss.backward()
+            optimizer.step()
+    """
+    assert (7, "HL001") in found(src)
+    assert (7, "HL001") not in found(src.replace("log_tb=not conf.no_tb_log", "log_tb=conf.tb_log"))
