@@ -380,6 +380,7 @@ def builtin_kind(model: Any, e: ast.Call, info: Any) -> str | None:
 
 # `loss, tb_dict, disp_dict = model_func(model, batch)`: the records a model call returns beside its tensors (whole
 # words: `pred_disp`, a disparity map, is a tensor)
+COUNTER = re.compile(r"(^|_)(steps?|epochs?|iters?|iterations?|count|num|idx|index)$", re.I)
 RECORD = re.compile(r"(^|_)(dict|info|infos|stats|metrics|summary|logs?)$", re.I)
 
 
@@ -431,11 +432,10 @@ def unpacked(model: Any, target: ast.expr, value: ast.expr, info: Any = None) ->
         positions = model.remote_positions(value)
         if "scalar" in positions and len(positions) == len(target.elts):  # (the others: what the call is taken for)
             whole = model.kind(value, info) if info is not None else None
-            # (a tensor by the call's name only where the name bound says so too: HunyuanDiT's `model, ema, epoch,
-            # epoch_step, train_steps = model_resume(...)` gives no tensor step counter)
-            out = {t.id: k or (None if RECORD.search(t.id) or whole == "tensor" and not info.is_tensor_name(t.id)
-                               else whole) for t, k in zip(target.elts, positions, strict=True)
-                   if isinstance(t, ast.Name)}  # fmt: skip
+            # (not a counter named so: HunyuanDiT's `model, ema, epoch, epoch_step, train_steps = model_resume(...)`
+            # gives no tensor step count, pSp's `loss_id, sim_improvement, id_logs = self.id_loss(...)` a tensor)
+            out = {t.id: k or (None if RECORD.search(t.id) or whole == "tensor" and COUNTER.search(t.id) else whole)
+                   for t, k in zip(target.elts, positions, strict=True) if isinstance(t, ast.Name)}  # fmt: skip
     return out
 
 

@@ -258,7 +258,8 @@ class GateModel:
             return False  # `if log: log(train_loss=loss.item())` (doctr): the function exists on every step, if at all
         if self._off_where_hot(node, on=True):
             return False
-        if node.orelse and _bound_in(node.body) & _bound_in(node.orelse):
+        elif_ = len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If)  # (OLMo's save gates: one after another)
+        if node.orelse and not elif_ and _bound_in(node.body) & _bound_in(node.orelse):
             return False  # `if which == 0: exstyle = ... else: exstyle, instyle = ...` (DualStyleGAN): alternate steps
         opens = is_gate(node.test) or self._named_gate(node.test, node) or self._wraps(node) or self._gated_value(node)
         return (opens and not self.is_update_gate(node) and not self._period_of_one(node.test, node)
