@@ -59,6 +59,8 @@ def is_gate(test: ast.expr) -> bool:
             continue
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not _a_size(n.left) and not _a_rank(n.left):
             return True
+        if isinstance(n, ast.Call) and dotted(n.func) in ("np.mod", "numpy.mod", "math.fmod") and len(n.args) == 2:
+            return True  # `if np.mod(batch_id, 100) == 1:` (stylized-neural-painting): `%` by another name
         if isinstance(n, ast.Name) and gate_word(n.id):
             return True
         if isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In) and SCHEDULE_COUNTER.fullmatch(dotted(n.left)):

@@ -951,3 +951,21 @@ def test_save_gates_chained_by_elif_stay_gates():
                     path = self.save_checkpoint("ephemeral")
     """
     assert not [h for h in found(src) if h[1] == "HL020"]
+
+
+def test_a_gate_written_with_np_mod_is_a_log_gate():
+    """stylized-neural-painting: `if np.mod(self.batch_id, 100) == 1: print(self.G_loss.item())`: `%` by another
+    name, a log boundary. Without it the read is per step."""
+    src = """
+    import numpy as np
+    import torch
+
+    for batch_id, batch in enumerate(loader):
+        loss = model(batch.cuda(non_blocking=True)).mean()
+        loss.backward()
+        optimizer.step()
+        if np.mod(batch_id, 100) == 1:
+            print(loss.item())
+    """
+    assert (10, "HL001") not in found(src)
+    assert (10, "HL001") in found(src.replace("if np.mod(batch_id, 100) == 1:", "if True:"))
