@@ -253,8 +253,11 @@ def prepared(mi: Any, c: ast.AST) -> bool:
     name = dotted(unwrapped(loop.iter)) if loop is not None else ""
     if not name:
         return True
-    calls = [n for n in mi.nodes if isinstance(n, ast.Call) and method_name(n) in ("prepare", "setup_dataloaders")]
-    handed = {dotted(a) for c in calls for a in ast.walk(c) if isinstance(a, (ast.Name, ast.Attribute))}
-    bound = {dotted(x) for n in mi.nodes if isinstance(n, ast.Assign) and n.value in calls
-             for t in n.targets for x in ast.walk(t)}  # fmt: skip
+    if "_prepared" not in mi.__dict__:  # (what the module's `.prepare(...)` calls take and bind, found once)
+        calls = [n for n in mi.nodes if isinstance(n, ast.Call) and method_name(n) in ("prepare", "setup_dataloaders")]
+        handed = {dotted(a) for p in calls for a in ast.walk(p) if isinstance(a, (ast.Name, ast.Attribute))}
+        bound = {dotted(x) for n in mi.nodes if isinstance(n, ast.Assign) and any(n.value is p for p in calls)
+                 for t in n.targets for x in ast.walk(t)}  # fmt: skip
+        mi.__dict__["_prepared"] = (handed, bound)
+    handed, bound = mi.__dict__["_prepared"]
     return name in bound or name not in handed  # (handed to it, but what it gave back went elsewhere: x-flux)

@@ -19,7 +19,7 @@ from pathlib import Path
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, dotted, method_name, walk_local
 from hotloop.lint.classes import project_flag_zero
 from hotloop.lint.imports import Project, find_def, load_module
-from hotloop.lint.loader_classes import as_dict, loader_class, loader_class_def, own_loader, through_super  # noqa: F401 (checks imports two)
+from hotloop.lint.loader_classes import as_dict, loader_class, loader_class_def, own_loader, through_super  # noqa: F401 (re-exported: checks imports them here)
 from hotloop.lint.syntax import block_of, param_defaults, passed_for
 
 # A consumer that times or inspects a loader (pycls's `benchmark.compute_time_full(model, loss, train_loader,
