@@ -485,16 +485,16 @@ def check(mi: ModuleInfo) -> Iterator[Hit]:
     torch_code = bool(TORCH_CODE.search(mi.source))
     if not torch_code and not any(isinstance(n, (ast.For, ast.While)) for n in mi.nodes):
         return
-    # SPADE's train.py imports no torch: its steps are its trainer's, in another file (DeepCAD's too: hot by its loader)
-    driver = (mark_remote(mi) or bool(mi.hot_loops)) and not torch_code
+    driver = (mark_remote(mi) or bool(mi.hot_loops)) and not torch_code  # SPADE's, DeepCAD's train.py: steps elsewhere
     mark_called(mi)
     if not (torch_code or driver):
         return
     hits = Checker(mi).run()
-    yield from hits
-    for code, call, message in cross_file_hits(mi, {(h.node.lineno, h.code) for h in hits}):
-        if not (driver and code not in ("HL011", "HL015", "HL021") or never_runs(mi, call)):  # (a driver: no tensors)
-            yield Hit(code, call, message)
+    cross = [h for h in cross_file_hits(mi, {(h.node.lineno, h.code) for h in hits})  # (a driver: no tensors)
+             if not (driver and h[0] not in ("HL011", "HL015", "HL021") or never_runs(mi, h[1]))]  # fmt: skip
+    read = {id(call) for code, call, _ in cross if code in ("HL001", "HL007")}  # a meter that reads what it is handed:
+    yield from (h for h in hits if not (h.code == "HL002" and id(h.node) in read))  # one read, not also a format
+    yield from (Hit(code, call, message) for code, call, message in cross)
     for code, call, message in eval_hits(mi):
         if (call.lineno, code) not in {(h.node.lineno, h.code) for h in hits}:
             yield Hit(code, call, message)

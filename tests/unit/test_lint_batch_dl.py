@@ -969,3 +969,33 @@ def test_a_gate_written_with_np_mod_is_a_log_gate():
     """
     assert (10, "HL001") not in found(src)
     assert (10, "HL001") in found(src.replace("if np.mod(batch_id, 100) == 1:", "if True:"))
+
+
+def test_a_meter_that_reads_what_it_is_handed_is_one_read_not_also_a_format(tmp_path: Path):
+    """anycost-gan: `g_loss_meter.update(g_loss)` every step, with utils/torch_utils.py's `update` doing
+    `val.detach().cpu()`: the meter's read is the finding (HL007 at the call, from the helper), not also HL002
+    for handing a tensor to something named like a meter (LABELING: one read)."""
+    step = """
+        import torch
+        from utils.torch_utils import DistributedMeter
+
+        def train(model, loader, optimizer):
+            g_loss_meter = DistributedMeter("g_loss")
+            for x in loader:
+                g_loss = model(x.cuda(non_blocking=True)).mean()
+                g_loss.backward()
+                optimizer.step()
+                g_loss_meter.update(g_loss)
+        """
+    meter = """
+        class DistributedMeter:
+            def __init__(self, name):
+                self.name, self.sum, self.n = name, 0.0, 0
+
+            def update(self, val):
+                self.sum += val.detach().cpu()
+                self.n += 1
+        """
+    _project(tmp_path, {"train.py": step, "utils/torch_utils.py": meter, "utils/__init__.py": ""})
+    hits = [(f.line, f.code) for f in lint_paths([str(tmp_path / "train.py")])]
+    assert (11, "HL007") in hits and (11, "HL002") not in hits
