@@ -69,7 +69,9 @@ class ScheduleChecks:
             if isinstance(n, ast.Call) and method_name(n) == "step" and dotted(n.func.value) in kinds:  # type: ignore[attr-defined]
                 kind = kinds[dotted(n.func.value)]  # type: ignore[attr-defined]
                 hot = self.mi.in_hot(n)
-                if kind == "batch" and not hot and self.mi.in_training_loop(n):
+                # (`scheduler.step(dev_score)` under `isinstance(scheduler, AnnealOnPlateau)`: flair's other
+                # scheduler, given a metric - a per-batch schedule's step takes none)
+                if kind == "batch" and not hot and self.mi.in_training_loop(n) and not n.args:
                     self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
                 elif kind == "epoch" and hot and not self._epoch_is_the_step(n):
                     self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")

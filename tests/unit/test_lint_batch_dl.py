@@ -999,3 +999,29 @@ def test_a_meter_that_reads_what_it_is_handed_is_one_read_not_also_a_format(tmp_
     _project(tmp_path, {"train.py": step, "utils/torch_utils.py": meter, "utils/__init__.py": ""})
     hits = [(f.line, f.code) for f in lint_paths([str(tmp_path / "train.py")])]
     assert (11, "HL007") in hits and (11, "HL002") not in hits
+
+
+def test_a_scheduler_stepped_with_a_metric_is_not_the_per_batch_one():
+    """flair: `lr_scheduler = OneCycleLR(...)` under one option, else a plateau scheduler the trainer is handed;
+    once per epoch `if isinstance(lr_scheduler, AnnealOnPlateau): lr_scheduler.step(dev_score)`. A step given a
+    metric is the plateau scheduler's (OneCycleLR's takes none); an argument-less step once per epoch is still the
+    per-batch schedule stepped too rarely (HL014)."""
+    src = """
+    import torch
+    from torch.optim.lr_scheduler import OneCycleLR
+
+    def train(model, loader, optimizer, epochs, scheduler, one_cycle):
+        if one_cycle:
+            lr_scheduler = OneCycleLR(optimizer, max_lr=0.1, total_steps=epochs * len(loader))
+        else:
+            lr_scheduler = scheduler(optimizer)
+        for epoch in range(epochs):
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                loss.backward()
+                optimizer.step()
+            dev_score = evaluate(model)
+            lr_scheduler.step(dev_score)
+    """
+    assert (16, "HL014") not in found(src)
+    assert (16, "HL014") in found(src.replace("lr_scheduler.step(dev_score)", "lr_scheduler.step()"))
