@@ -203,13 +203,13 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                     and not isinstance(repeats, ast.Constant)
                     and not (repeats is not None and self.kind(repeats) == "scalar")
                 ):  # `x.size()[1]`: a Python int
-                    self.add("HL022", c, "`repeat_interleave` with tensor repeats and no `output_size`: a sync")
+                    self.add("HL022", c, f"`{_src(c)}`: tensor repeats and no `output_size`: a sync")
             if name == "torch.where" and len(c.args) == 1 and not c.keywords:
-                self.add("HL022", c, "one-argument `torch.where` has a data-dependent size: a sync")
+                self.add("HL022", c, f"`{_src(c)}`: one-argument `torch.where` has a data-dependent size: a sync")
             if base in ("clip_grad_norm_", "clip_grad_norm") and is_true_node(
                 getattr(_kw(c, "error_if_nonfinite"), "value", None)
             ):
-                self.add("HL023", c, "`error_if_nonfinite=True` reads the norm on the host every step")
+                self.add("HL023", c, f"`{_src(c)}`: `error_if_nonfinite=True` reads the norm on the host every step")
             if (
                 name in ("torch.tensor", "torch.as_tensor")
                 and _kw(c, "device") is not None
@@ -218,7 +218,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
             ):  # fmt: skip
                 self.add("HL024", c, f"`{_src(c)}` builds host data and copies it to the device every step")
             if name == "torch.compile" and c.args and self._defined_in_loop(c.args[0], c):
-                self.add("HL025", c, "a new function is compiled every iteration: torch.compile recompiles")
+                self.add("HL025", c, f"`{_src(c)}` compiles a new function every iteration: it recompiles each time")
         if mi.in_training_loop(c):
             # (also nvdiffrec's `torch.cuda.current_stream().synchronize()`)
             stream_sync = meth == "synchronize" and re.search(r"current_stream\(|default_stream\(", ast.unparse(c))
@@ -243,7 +243,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                     )  # fmt: skip
                     and not self._per_step_list(c)
                 ):
-                    self.add("HL019", c, "appending a tensor without `.detach()` keeps its autograd graph alive")
+                    self.add("HL019", c, f"`{_src(c)}` appends a tensor without `.detach()`: its graph stays alive")
         if name in ("torch.tensor", "torch.as_tensor") and c.args and self.tensorish_iterable(c.args[0]):
             edit, no_fix = None, ""
             if name == "torch.tensor" and not c.keywords and len(c.args) == 1:
@@ -267,7 +267,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                 better = "torch.sort(torch.stack(...))" if name == "sorted" else f"torch.stack(...).{name}()"
                 self.add("HL004", c, f"Python `{name}` over tensors compares on the host; use `{better}`")
         if name in ("torch._foreach_norm",) and c.args and not self._float32_guard(c):
-            self.add("HL009", c, "`torch._foreach_norm` accumulates in the input dtype: guard it to float32")
+            self.add("HL009", c, f"`{_src(c)}` accumulates in the input dtype: guard it to float32")
         if (base in ("DataLoader", "WebLoader", "StatefulDataLoader") and not own_loader(mi, c)
                 or base[:1].isupper() and loader_class(mi, c)):  # fmt: skip
             self.dataloader(c)
@@ -449,7 +449,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
         params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}  # type: ignore[attr-defined]
         used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - params
         if not (used & assigned):
-            what = "lambda" if isinstance(fn, ast.Lambda) else f"function `{fn.name}`"  # type: ignore[attr-defined]
+            what = f"`{_src(fn)}`" if isinstance(fn, ast.Lambda) else f"function `{fn.name}`"  # type: ignore[attr-defined]
             self.add("HL008", fn, f"{what} is re-created every iteration but captures nothing that changes")
 
     def inference_mode(self, node: ast.With) -> None:
@@ -469,7 +469,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                     isinstance(o, ast.Attribute) or isinstance(o, ast.Name) and re.search(r"temp|tau|^t$|^T$", o.id)
                     for o in other
                 ):  # fmt: skip
-                    self.add("HL010", node, "`inference_mode` output meets a trainable parameter later; use no_grad")
+                    self.add("HL010", node, f"`{_src(node)}`: inference_mode output meets a parameter; use no_grad")
                     return
 
 

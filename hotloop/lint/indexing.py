@@ -91,7 +91,7 @@ class IndexChecks:
         # (also a mask among the indices: `gt_vertices[has_smpl, :, :]`, SPIN)
         masks = [i for i in (idx.elts if isinstance(idx, ast.Tuple) else [idx]) if self._is_mask(i, node)]
         if not store and masks and not any(self._host(m) for m in masks):  # a CPU-made mask: its count is on the host
-            self.add("HL006", node, "boolean-mask indexing has a data-dependent size: a sync every step")
+            self.add("HL006", node, f"`{src(node)}`: boolean-mask indexing, a data-dependent size: a sync every step")
             return
         parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
         # `x[i, :, idx_str:idx_end]` with `idx_str = ids_str[i]` of a device tensor (VITS' `slice_segments`)
@@ -294,7 +294,7 @@ class IndexChecks:
             # or a name that says so, given by a call (HuBERT's `logits, mask = hubert(wavs)`: `logits[mask]`)
             given = e.id in params and unbound_before(e, fn) or isinstance(self.value_before(e.id, node, unpack=True),
                                                                            ast.Call)  # fmt: skip
-            return given and bool(re.search(r"(^|_)mask$", e.id)) and self.tensor(getattr(node, "value", node))
+            return given and bool(re.search(r"(^|_)mask([23]d)?$", e.id)) and self.tensor(getattr(node, "value", node))
         if isinstance(e, ast.Subscript) and isinstance(e.slice, ast.Constant) and isinstance(e.slice.value, str):
             # `value[samples["loss_mask"]]`: a mask kept in the batch dict (an index would not be named so), or
             # the episode ends of an RL batch (`batch["episode_return"][batch["done"]]`, TorchBeast)

@@ -72,9 +72,9 @@ class ScheduleChecks:
                 # (`scheduler.step(dev_score)` under `isinstance(scheduler, AnnealOnPlateau)`: flair's other
                 # scheduler, given a metric - a per-batch schedule's step takes none)
                 if kind == "batch" and not hot and self.mi.in_training_loop(n) and not n.args:
-                    self.add("HL014", n, "a per-batch scheduler stepped once per epoch: step it after every batch")
+                    self.add("HL014", n, f"`{_src(n)}`: a per-batch schedule stepped once per epoch: step it per batch")
                 elif kind == "epoch" and hot and not self._epoch_is_the_step(n):
-                    self.add("HL014", n, "a per-epoch scheduler stepped every batch: step it once per epoch")
+                    self.add("HL014", n, f"`{_src(n)}`: a per-epoch schedule stepped every batch: step it per epoch")
 
     def _outside_update(self) -> None:
         """`scheduler.step()` every micro-batch beside `if i % accum_iter == 0: optimizer.step()` (the Annotated
@@ -90,7 +90,7 @@ class ScheduleChecks:
             if n.args or n.keywords or gates and self._one_by_default(gates[0]):
                 continue  # `step(cur_step=i)` sets the rate from the step given; `accum_iter=1` updates every step
             if gates and not any(n in set(ast.walk(g)) for g in gates):
-                self.add("HL014", n, "the scheduler steps every micro-batch but the optimizer only every "
+                self.add("HL014", n, f"`{_src(n)}` steps every micro-batch but the optimizer only every "
                                      f"`{ast.unparse(gates[0].test)}`: step it with the optimizer")  # fmt: skip
 
     def _one_by_default(self, gate: ast.If) -> bool:
@@ -143,3 +143,9 @@ class ScheduleChecks:
                 if re.search(r"iter|itrs|steps", ast.unparse(v), re.I):
                     return True
         return False
+
+
+def _src(n: ast.AST) -> str:
+    """The call as written, cut to 60 characters (a message names what it points at)."""
+    text = ast.unparse(n)
+    return text if len(text) <= 60 else text[:57] + "..."

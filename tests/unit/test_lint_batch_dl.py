@@ -1025,3 +1025,22 @@ def test_a_scheduler_stepped_with_a_metric_is_not_the_per_batch_one():
     """
     assert (16, "HL014") not in found(src)
     assert (16, "HL014") in found(src.replace("lr_scheduler.step(dev_score)", "lr_scheduler.step()"))
+
+
+def test_every_rule_message_names_what_it_points_at():
+    """Issue 17: every message names the offending expression. For each positive case of the rule table (one per
+    rule at least), every finding of that rule quotes source in backticks; session 21 added it to HL006, HL009,
+    HL010, HL014, HL019's append, HL022, HL023, HL025 and the f-string HL002, which said only what was wrong."""
+    import re
+
+    from tests.unit.test_lint_rules import CASES
+
+    seen = set()
+    for code, source, expected in CASES:
+        if not expected:
+            continue
+        for f in lint_source(source):
+            if f.code == code:
+                seen.add(code)
+                assert re.search(r"`[^`]+`", f.message), (code, f.message)
+    assert {"HL006", "HL014", "HL019", "HL022", "HL023", "HL025"} <= seen
