@@ -48,11 +48,8 @@ class FormatChecks:
                 return  # already reported as HL002 on the call
         for v in node.values:
             if isinstance(v, ast.FormattedValue) and self.tensor(v.value):
-                self.add(
-                    "HL002",
-                    node,
-                    f"`{{{ast.unparse(v.value)[:40]}}}` in an f-string formats a tensor (a host read) every step",
-                )
+                shown = f"`{{{_src(v.value, 40)}}}`"
+                self.add("HL002", node, f"{shown} in an f-string formats a tensor (a host read) every step")
                 return
 
     def percent_format(self, node: ast.BinOp) -> None:

@@ -444,6 +444,6 @@ class GateModel:
 
 
 def _bound_in(block: list[ast.stmt]) -> set[str]:
-    """The names the statements of `block` assign (not in nested functions)."""
+    """The names the statements of `block` assign, anywhere inside them."""
     return {n for s in block for a in ast.walk(s) if isinstance(a, ast.Assign) for t in a.targets
             for n in target_names(t)}  # fmt: skip

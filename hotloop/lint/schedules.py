@@ -14,6 +14,7 @@ import re
 
 from hotloop.lint.analysis import ModuleInfo, call_name, dotted, is_optimizer_step, method_name, walk_local
 from hotloop.lint.structure import kw
+from hotloop.lint.structure import src as _src
 
 PER_BATCH_SCHED = ("OneCycleLR", "CyclicLR")
 SCHED = re.compile(r"sched", re.I)  # `scheduler.step()`, `self.lr_scheduler.step()`
@@ -143,9 +144,3 @@ class ScheduleChecks:
                 if re.search(r"iter|itrs|steps", ast.unparse(v), re.I):
                     return True
         return False
-
-
-def _src(n: ast.AST) -> str:
-    """The call as written, cut to 60 characters (a message names what it points at)."""
-    text = ast.unparse(n)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -30,8 +30,7 @@ def running_totals(
     """(statement, message) for each running total of graph-holding losses in the hot `loop`; `value_before` is
     the checker's (HostProvenance's): the value last assigned to a name before a statement."""
     body = list(walk_local(loop))
-    stepped = {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
-               and isinstance(c.func, ast.Attribute)}  # fmt: skip
+    stepped = _backward_names(body)
     outer = [x for x in [loop, *mi.enclosing_loops(loop)] if x in mi.hot_loops]
     reset = {t for x in outer for n in walk_local(x) if isinstance(n, ast.Assign) and not _smoothed(n)
              for y in n.targets for t in target_names(y)}  # fmt: skip
@@ -66,8 +65,7 @@ def meter_totals(mi: ModuleInfo, loop: ast.AST) -> Iterator[tuple[ast.Call, str]
     from hotloop.lint.imports import Project, defining, find_def, load_module  # (imports builds on analysis)
 
     body = list(walk_local(loop))
-    stepped = {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
-               and isinstance(c.func, ast.Attribute)}  # fmt: skip
+    stepped = _backward_names(body)
     terms = {t for n in body if isinstance(n, ast.Assign) and isinstance(n.value, ast.BinOp)
              and {t for x in n.targets for t in target_names(x)} & stepped
              for x in ast.walk(n.value) if isinstance(x, ast.Name) for t in [x.id]}  # fmt: skip
@@ -91,6 +89,12 @@ def meter_totals(mi: ModuleInfo, loop: ast.AST) -> Iterator[tuple[ast.Call, str]
                and params[0] in {x.id for x in ast.walk(n.value) if isinstance(x, ast.Name)} for n in ast.walk(fn)):  # type: ignore[arg-type]  # fmt: skip
             yield c, (f"`{src(c)}` adds `{c.args[0].id}` (still holding its autograd graph) into the meter's running "
                       f"sum every step: pass `{c.args[0].id}.item()` at a log boundary (or `.detach()`)")  # fmt: skip
+
+
+def _backward_names(body: list[ast.AST]) -> set[str]:
+    """The names `body` calls `.backward()` on: the losses of the step."""
+    return {dotted(c.func.value) for c in body if isinstance(c, ast.Call) and method_name(c) == "backward"
+            and isinstance(c.func, ast.Attribute)}  # fmt: skip
 
 
 def _smoothed(n: ast.AST) -> bool:
