@@ -9,7 +9,8 @@ base class's name contains a word of the receiver's name, and whose method does 
 `raise NotImplementedError`: the abstract base). Subclasses of one base mostly share their data handling, so
 one stands for the others. The project is the folder holding the script and every project module it imports
 (or, when higher, the nearest folder above the script with a `.git`, `pyproject.toml`, `setup.py`,
-`requirements.txt` or README, at most four levels up).
+`requirements.txt` or README, at most four levels up; with none, the highest folder from which one of the
+script's own imports resolves to a project module, `_unmarked_root`).
 
 Methods every framework object has (`train`, `step`, `to`, `state_dict`, `forward`, ...) are never guessed:
 the receiver is as likely PyTorch's own object as the project's.
@@ -76,8 +77,29 @@ def project_on_device(file: Path) -> bool:
 
 
 def _root(file: Path) -> Path:
-    return next((d for d in [file.parent, *list(file.parent.parents)[:LEVELS_UP]]
-                 if any((d / m).exists() for m in ROOT_MARKERS)), file.parent)  # fmt: skip
+    ups = [file.parent, *list(file.parent.parents)[:LEVELS_UP]]
+    marked = next((d for d in ups if any((d / m).exists() for m in ROOT_MARKERS)), None)
+    return marked if marked is not None else _unmarked_root(file, ups)
+
+
+_UNMARKED: dict[Path, Path] = {}
+TOP_IMPORT = re.compile(r"^(?:from|import)\s+([A-Za-z_]\w*)[.\s]", re.M)
+
+
+def _unmarked_root(file: Path, ups: list[Path]) -> Path:
+    """No marker above the file (files copied out of a checkout, a folder never put under git): the highest
+    folder from which one of the file's own absolute imports resolves to a project module (`from utils.utils
+    import get_lr` in `utils/utils_fit.py` runs with the folder above `utils/` on `sys.path`, where `train.py`,
+    its caller, lives), or the file's own folder."""
+    if file not in _UNMARKED:
+        try:
+            heads = set(TOP_IMPORT.findall(file.read_text(encoding="utf-8-sig", errors="replace")))
+        except OSError:
+            heads = set()
+        found = [d for d in ups[1:] for h in heads if (d / h / "__init__.py").exists() or (d / h).is_dir()
+                 and any((d / h).glob("*.py")) or (d / f"{h}.py").is_file()]  # fmt: skip
+        _UNMARKED[file] = min(found, key=lambda d: len(d.parts)) if found else file.parent
+    return _UNMARKED[file]
 
 
 def project_flag_zero(file: Path, flag: str) -> bool:

@@ -115,7 +115,8 @@ def inner_kind(
     return "tensor" if info.is_tensor_name(e.id) else None
 
 
-CONTAINERS = re.compile(r"list|tuple|Sequence|dict|Mapping")  # isinstance types whose elements may be tensors
+# isinstance types whose elements may be tensors (also typing's `Tuple`, `List`, `Dict`: flair's trainer)
+CONTAINERS = re.compile(r"[Ll]ist|[Tt]uple|Sequence|[Dd]ict|Mapping|Iterable")
 
 
 def narrowed(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:
