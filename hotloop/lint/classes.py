@@ -97,7 +97,7 @@ def _unmarked_root(file: Path, ups: list[Path]) -> Path:
         except OSError:
             heads = set()
         found = [d for d in ups[1:] for h in heads if (d / h / "__init__.py").exists() or (d / h).is_dir()
-                 and any((d / h).glob("*.py")) or (d / f"{h}.py").is_file()]  # fmt: skip
+                 and next((d / h).rglob("*.py"), None) is not None or (d / f"{h}.py").is_file()]  # fmt: skip
         _UNMARKED[file] = min(found, key=lambda d: len(d.parts)) if found else file.parent
     return _UNMARKED[file]
 
@@ -136,6 +136,11 @@ def unique_module(file: Path, module: str) -> Path | None:
         found = [f for f in found if f.name != "__init__.py" or re.search(r"^(def|class|from|import) ", f.read_text(
             encoding="utf-8-sig", errors="replace"), re.M)]  # fmt: skip
     return found[0] if len(found) == 1 else None
+
+
+def project_files(file: Path) -> list[tuple[Path, str]]:
+    """(path, text) of each Python file of the project `file` belongs to."""
+    return _files(_root(file))
 
 
 def _files(root: Path) -> list[tuple[Path, str]]:

@@ -220,7 +220,9 @@ class EvalChecks:
         and `evaluation` judges it whole (the inline check leaves its loops alone: one finding, not two)."""
         loops = [n for n in walk_local(fn) if isinstance(n, (ast.For, ast.While))]
         return (any(isinstance(n, ast.For) and self.mi._iterates_data(n.iter) for n in loops)
-                and not any(loop in self.mi.train_loops for loop in loops) and fn not in self.mi.train_functions
+                and not any(loop in self.mi.train_loops for loop in loops)
+                and not (fn in self.mi.train_functions and any(is_step_call(n) for n in walk_local(fn)))  # (pt-dec's
+                # `predict`, called from the training loop, is hot, but trains nothing: still one finding, at its def)
                 and any(isinstance(n, ast.Call) and method_name(n) == "eval" and not n.args
                         for n in walk_local(fn)))  # fmt: skip
 

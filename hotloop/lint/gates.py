@@ -207,7 +207,9 @@ class GateModel:
                  or isinstance(n, ast.Constant) and isinstance(n.value, str)]  # fmt: skip  # (`params["eval_every"]`)
         if any(gate_word(x) and not UPDATE_GATE.search(x) for x in names):
             return False
-        return bool(UPDATE_GATE.search(ast.unparse(node.test)))
+        said = {m.group(0).lower() for m in UPDATE_GATE.finditer(ast.unparse(node.test))}
+        return bool(said) and said != {"update_freq"}  # (fairseq's `update_freq` accumulates; with no optimizer
+        # step in the body, pt-dec's `index % update_freq` refreshes a progress bar)
 
     def cli_default(self, e: ast.expr, across: bool = False) -> object:
         """The default of `args.<name>` from this module's `add_argument("--name", default=...)` (store_true:

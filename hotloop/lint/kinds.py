@@ -76,7 +76,7 @@ NOT_TENSOR_TORCH = re.compile(
     r"is_tensor|is_grad_enabled|is_floating_point|autocast|amp|backends|utils|optim|nn\.(?!functional)|"
     r"set_float32|get_default|inference_mode|jit|profiler|multiprocessing|hub|Generator|Size|dtype|finfo|iinfo)"
 )
-HYPER = ("lr", "initial_lr", "momentum", "weight_decay", "betas", "eps")  # a param group's entries: numbers
+HYPER = ("lr", "initial_lr", "momentum", "weight_decay", "betas", "eps", "batch_size")  # numbers (MASTER's batch_size)
 CONFIG_NAME = re.compile(r"^(self\.)?(\w+_)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options)$")
 TENSOR_COLLECTION = re.compile(r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
                                r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$")  # fmt: skip
@@ -396,7 +396,7 @@ class KindModel:
             if CONFIG_NAME.match(dotted(root)) and isinstance(e.slice, ast.Constant):
                 return "scalar"  # `self.config["model"]["lambda_loss"]`: an option (pytorch-superpoint)
             if (counter_entry(info.node, e) or isinstance(e.slice, ast.Constant) and e.slice.value in HYPER
-                    or ast.unparse(e).lower().endswith("loss.data[0]")):  # fmt: skip
+                    or re.search(r"loss\w*\.data\[0\]$", ast.unparse(e).lower())):  # fmt: skip
                 return "scalar"  # (`[g["lr"] for g in opt.param_groups]`: options; `loss.data[0]`: 0.3's item())
             if (k := entry_kind(self, e, info)) is not None:
                 return k

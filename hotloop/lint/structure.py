@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from hotloop.lint.analysis import (
     MODEL_NAME,
@@ -23,6 +24,8 @@ from hotloop.lint.analysis import (
 )
 from hotloop.lint.forks import summed_loss
 from hotloop.lint.syntax import block_of
+
+TRAINER_SETS = re.compile(r"(\.sampler|\.batch_sampler|self\.\w*sampler\w*)\.set_epoch\(")
 
 
 def src(node: ast.AST, limit: int = 60) -> str:
@@ -253,6 +256,9 @@ class StructureChecks:
             return self._divided(e.body, fn, depth) or self._divided(e.orelse, fn, depth)
         if isinstance(e, ast.Call):
             return self._returns_divided(e, None)
+        if (isinstance(e, ast.Attribute) and isinstance(e.value, (ast.Name, ast.Attribute)) and depth < 3
+                and self._divided(e.value, fn, depth + 1)):  # fmt: skip
+            return True  # `losses = compute_loss(b) / grad_acc_steps`, then `losses.loss_total` (IRIS)
         if isinstance(e, (ast.Name, ast.Attribute)):
             key = dotted(e)
             for n in walk_local(fn):
@@ -293,13 +299,23 @@ class StructureChecks:
             child, n = n, self.mi.parent.get(n)
         return out
 
+    def _set_by_a_trainer(self) -> bool:
+        """Another file of the project calls `set_epoch` on a sampler it was handed: `self.data_loader.sampler
+        .set_epoch(epoch)` in MASTER-pytorch's `Trainer`, given the loader `train.py` built (a sampler reached
+        through a loader or an object's attribute, not a script's own `train_sampler`)."""
+        from hotloop.lint.classes import project_files
+
+        here = Path(self.mi.path) if self.mi.path and not self.mi.path.startswith("<") else None
+        others = [text for f, text in project_files(here) if f.resolve() != here.resolve()] if here else []
+        return any(TRAINER_SETS.search(text) for text in others)
+
     def samplers(self) -> None:
         set_epochs = [n for n in self.mi.nodes if isinstance(n, ast.Call) and method_name(n) == "set_epoch"]
         # set_epoch only under a flag (`if args.distributed:`) the sampler itself is built without: runs with
         # the flag off (one process, DistributedSampler built anyway) repeat the order every epoch.
         guards = set.intersection(*(self._conditions(c) for c in set_epochs)) if set_epochs else set()
         guards = {g for g in guards if re.search(r"distributed|ddp|world|multi|gpu", g, re.I)}
-        if set_epochs and not guards:
+        if set_epochs and not guards or not set_epochs and self._set_by_a_trainer():
             return
         for n in self.mi.nodes:
             if isinstance(n, ast.Call) and call_name(n).split(".")[-1] == "DistributedSampler":

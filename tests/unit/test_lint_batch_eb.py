@@ -105,3 +105,187 @@ def test_an_element_of_a_loss_narrowed_by_typing_tuple_is_still_a_tensor():
     """
     assert (13, "HL001") in found(src)
     assert (13, "HL001") in found(src.replace("Tuple)", "tuple)"))
+
+
+def test_a_numbered_loss_read_with_data0_is_a_python_number_after_it():
+    """BASNet (PyTorch 0.3): `print("l0: %3f" % (loss0.data[0], ...))` and `running_tar_loss += loss2.data[0]`:
+    `.data[0]` is that era's `.item()` (HL001 at the read), so what it gives is a Python float: formatting it,
+    or a running sum of it, is no second read (kinds: `loss<N>.data[0]`, not only `loss.data[0]`)."""
+    src = """
+    import torch
+
+    def train(net, optimizer, loader):
+        net.cuda()
+        running_tar_loss = 0.0
+        for i, (x, y) in enumerate(loader):
+            loss0 = net(x.cuda()).sum()
+            loss2 = loss0 * 2
+            loss2.backward()
+            optimizer.step()
+            print("l0: %3f" % (loss0.data[0],))
+            running_tar_loss += loss2.data[0]
+            print("tar: %3f" % (running_tar_loss / (i + 1)))
+    """
+    hits = found(src)
+    assert (12, "HL001") in hits and (13, "HL001") in hits
+    assert not [h for h in hits if h[1] == "HL002"]
+
+
+def test_an_attribute_of_a_divided_loss_object_is_divided():
+    """IRIS's `train_component`: `losses = component.compute_loss(batch) / grad_acc_steps` (an object whose
+    `__truediv__` divides every term), then `losses.loss_total.backward()` per micro-batch: the loss is divided
+    (structure._divided follows an attribute to its object). Without the division it is HL016."""
+    src = """
+    import torch
+
+    def train_component(component, optimizer, steps, grad_acc_steps, loader):
+        for _ in range(steps):
+            optimizer.zero_grad()
+            for _ in range(grad_acc_steps):
+                losses = component.compute_loss(next(loader)) / grad_acc_steps
+                loss_total_step = losses.loss_total
+                loss_total_step.backward()
+            optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL016"]
+    assert (10, "HL016") in found(src.replace(" / grad_acc_steps\n", "\n"))
+
+
+def test_a_batch_size_entry_of_a_batch_dict_is_a_count():
+    """MASTER-pytorch's validation: `batch_size = input_data_item['batch_size']` (its collate function keeps the
+    count as an int), then `torch.tensor([batch_size, valid_batches, correct, ...])`: a list of Python counts,
+    no tensor read on the host (kinds.HYPER). A list with a real tensor in it is still HL003."""
+    src = """
+    import torch
+
+    def validate(model, loader, device):
+        model.eval()
+        for item in loader:
+            batch_size = item['batch_size']
+            correct = 0
+            with torch.no_grad():
+                out = model(item['images'].to(device))
+            total = torch.tensor([batch_size, correct]).float().to(device)
+    """
+    assert not [h for h in found(src) if h[1] == "HL003"]
+    assert (11, "HL003") in found(src.replace("[batch_size, correct]", "[out.sum(), correct]"))
+
+
+def test_a_sampler_handed_to_a_trainer_that_sets_its_epoch_is_not_hl015(tmp_path):
+    """MASTER-pytorch: `train.py` builds `DistributedSampler(train_dataset)` into the loader it hands its
+    `Trainer`, whose `trainer.py` calls `self.data_loader.sampler.set_epoch(epoch)` every epoch. The script
+    never calls `set_epoch` itself, and that is right (structure._set_by_a_trainer)."""
+    trainer = """
+        class Trainer:
+            def __init__(self, model, data_loader):
+                self.model, self.data_loader = model, data_loader
+
+            def train(self, epochs):
+                for epoch in range(epochs):
+                    self.data_loader.sampler.set_epoch(epoch)
+                    for batch in self.data_loader:
+                        self.model(batch).sum().backward()
+    """
+    script = """
+        import torch
+        from trainer import Trainer
+
+        def main(dataset, model):
+            sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+            loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=8)
+            Trainer(model.cuda(), loader).train(10)
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"trainer.py": trainer, "train.py": script})
+    assert "HL015" not in {f.code for f in lint_paths([tmp_path / "train.py"])}
+    other = tmp_path / "b"
+    (other / "README.md").parent.mkdir()
+    (other / "README.md").write_text("x\n")
+    _files(other, {"trainer.py": trainer.replace("self.data_loader.sampler.set_epoch(epoch)", "pass"),
+                   "train.py": script})  # fmt: skip
+    assert "HL015" in {f.code for f in lint_paths([other / "train.py"])}
+
+
+def test_an_update_freq_gate_without_an_optimizer_step_is_a_log_gate():
+    """pt-dec's `train`: `if update_freq is not None and index % update_freq == 0: loss_value = float(loss.item())`
+    refreshes the progress bar every tenth batch. `update_freq` is fairseq's accumulation flag, but with no
+    optimizer step in its body the gate is a boundary (gates.is_update_gate); with `optimizer.step()` in it, it
+    is the update, and its read happens on every update."""
+    src = """
+    import torch
+
+    def train(model, optimizer, loader, update_freq=10):
+        model.cuda()
+        for index, batch in enumerate(loader):
+            loss = model(batch.cuda(non_blocking=True)).mean()
+            loss.backward()
+            optimizer.step()
+            if update_freq is not None and index % update_freq == 0:
+                loss_value = float(loss.item())
+                print(loss_value)
+    """
+    assert not [h for h in found(src) if h[1] == "HL001"]
+    stepped = src.replace("            optimizer.step()\n", "").replace(
+        "                print(loss_value)", "                print(loss_value)\n                optimizer.step()"
+    )
+    assert (10, "HL001") in found(stepped)  # (one line up: the step moved into the gate)
+
+
+def test_an_evaluation_helper_called_from_the_training_loop_is_one_hl018():
+    """pt-dec's `predict(dataset, model)` puts the model in eval mode and runs it over a DataLoader without
+    `no_grad`; `train` calls it every epoch, so it is hot. One finding, at its `def` (evals._own_eval no longer
+    counts a hot function that trains nothing as training), not a second one on its `for` line."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def predict(dataset, model):
+        loader = DataLoader(dataset, batch_size=64)
+        features = []
+        model.eval()
+        for batch in loader:
+            features.append(model(batch.cuda(non_blocking=True)).detach())
+        return torch.cat(features)
+
+    def train(dataset, model, optimizer, epochs):
+        model.cuda()
+        for epoch in range(epochs):
+            model.train()
+            for batch in DataLoader(dataset, batch_size=64):
+                model(batch.cuda(non_blocking=True)).mean().backward()
+                optimizer.step()
+            predicted = predict(dataset, model)
+    """
+    assert [h for h in found(src) if h[1] == "HL018"] == [(5, "HL018")]
+
+
+def test_an_unmarked_namespace_package_of_folders_roots_the_project(tmp_path):
+    """VirTex copied without its README: `scripts/pretrain_virtex.py` imports `virtex.utils.common`, a folder of
+    folders with no `__init__.py`, whose `cycle(dataloader)` calls `dataloader.sampler.set_epoch(...)`. The
+    folder holding `virtex/` is the project (classes._unmarked_root looks for Python files below the package,
+    not only in it), so the sampler the script builds is not HL015."""
+    _files(tmp_path, {
+        "virtex/utils/common.py": """
+            def cycle(dataloader, device):
+                epoch = 0
+                while True:
+                    dataloader.sampler.set_epoch(epoch)
+                    for batch in dataloader:
+                        yield batch
+                    epoch += 1
+        """,
+        "scripts/pretrain.py": """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+            from virtex.utils.common import cycle
+
+            def main(dataset, model, optimizer):
+                sampler = DistributedSampler(dataset, shuffle=True)
+                loader = DataLoader(dataset, sampler=sampler, batch_size=8)
+                it = cycle(loader, "cuda")
+                for step in range(1000):
+                    model(next(it)).sum().backward()
+                    optimizer.step()
+        """,
+    })  # fmt: skip
+    assert "HL015" not in {f.code for f in lint_paths([tmp_path / "scripts" / "pretrain.py"])}
