@@ -334,7 +334,10 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
         # An agent's per-environment-step methods, which a script or notebook elsewhere calls every step (Udacity's
         # `Agent.act(state)`, and `Agent.step(...)` sampling the replay buffer for `learn`): in a class whose update
         # is hot, called by nothing in this file.
-        for cls in {self.parent.get(f) for f in self.hot_functions}:
+        # (or whose update has its own minibatch loop: PPO's `learn`)
+        updates = {f for loop in self.hot_loops if (f := self.enclosing_function(loop)) is not None
+                   and AGENT_UPDATE.match(getattr(f, "name", ""))}  # fmt: skip
+        for cls in {self.parent.get(f) for f in self.hot_functions | updates}:
             methods = [f for f in cls.body if isinstance(f, FUNCS)] if isinstance(cls, ast.ClassDef) else []
             for fn in methods:  # (beside a `sample_action`, CURL's `select_action` is the evaluation's one)
                 evaluation = fn.name == "select_action" and any(m.name == "sample_action" for m in methods)

@@ -77,7 +77,7 @@ NOT_TENSOR_TORCH = re.compile(
     r"set_float32|get_default|inference_mode|jit|profiler|multiprocessing|hub|Generator|Size|dtype|finfo|iinfo)"
 )
 HYPER = ("lr", "initial_lr", "momentum", "weight_decay", "betas", "eps", "batch_size")  # numbers (MASTER's batch_size)
-CONFIG_NAME = re.compile(r"^(self\.)?(\w+_)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options)$")
+CONFIG_NAME = re.compile(r"^(self\.)?(\w+_)?(args|opt|opts|config|cfg|conf|hparams|hp|flags|settings|options|parser)$")
 TENSOR_COLLECTION = re.compile(r"^(tensors|grads|gradients|params|parameters|losses|norms|outputs|logits|weights|"
                                r"preds|predictions|embeddings|features|activations)$|_tensors$|_grads$")  # fmt: skip
 

@@ -289,3 +289,56 @@ def test_an_unmarked_namespace_package_of_folders_roots_the_project(tmp_path):
         """,
     })  # fmt: skip
     assert "HL015" not in {f.code for f in lint_paths([tmp_path / "scripts" / "pretrain.py"])}
+
+
+def test_an_agents_choose_action_is_hot_when_its_learn_loops_over_minibatches():
+    """philtabor's PPO `Agent`: `learn()` loops over its own minibatches (so it is a hot loop, not a hot function)
+    and `choose_action(observation)`, which `main.py` calls every environment step, copies the observation with a
+    blocking `.to(device)`. An agent's per-step methods are hot beside an update that holds the hot loop too
+    (analysis: `updates`)."""
+    src = """
+    import numpy as np
+    import torch as T
+
+    class Agent:
+        def __init__(self, actor, n_epochs):
+            self.actor, self.n_epochs = actor, n_epochs
+
+        def choose_action(self, observation):
+            state = T.tensor([observation], dtype=T.float).to(self.actor.device)
+            dist = self.actor(state)
+            return dist.sample()
+
+        def learn(self, states, batches):
+            for _ in range(self.n_epochs):
+                for batch in batches:
+                    s = T.tensor(states[batch], dtype=T.float).to(self.actor.device, non_blocking=True)
+                    loss = self.actor(s).mean()
+                    self.actor.optimizer.zero_grad()
+                    loss.backward()
+                    self.actor.optimizer.step()
+    """
+    assert (10, "HL012") in found(src)
+
+
+def test_an_option_of_an_opt_parser_is_a_python_number():
+    """MakeItTalk's `self.opt_parser = opt_parser` (the parsed argparse namespace), then `if
+    self.opt_parser.lambda_laplacian_smooth_loss > 0.0:` every step: an option, not a tensor, whatever its name
+    (kinds.CONFIG_NAME takes `*_parser` too). A real loss compared there is HL005."""
+    src = """
+    import torch
+
+    class Trainer:
+        def __init__(self, opt_parser, model):
+            self.opt_parser, self.model = opt_parser, model.cuda()
+
+        def train(self, loader, optimizer):
+            for x in loader:
+                loss = self.model(x.cuda(non_blocking=True)).mean()
+                if self.opt_parser.lambda_laplacian_smooth_loss > 0.0:
+                    loss = loss * 2
+                loss.backward()
+                optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL005"]
+    assert (11, "HL005") in found(src.replace("self.opt_parser.lambda_laplacian_smooth_loss > 0.0", "loss > 0.0"))
