@@ -236,7 +236,7 @@ class LoaderChecks:
                     window: tuple[int, int] = (0, 10**9)) -> bool:  # fmt: skip
         """A loader bound to `names` in `scope` is iterated in a loop there, or by its callers (returned); with
         `loops_only`, handing it to an unknown consumer is no evidence."""
-        for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
+        for u in ast.walk(scope) if scope is not self.mi.tree else self.mi.nodes:  # (closures too: neuralcoref)
             if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)
                     and window[0] <= u.lineno < window[1]):  # fmt: skip
                 continue

@@ -342,3 +342,27 @@ def test_an_option_of_an_opt_parser_is_a_python_number():
     """
     assert not [h for h in found(src) if h[1] == "HL005"]
     assert (11, "HL005") in found(src.replace("self.opt_parser.lambda_laplacian_smooth_loss > 0.0", "loss > 0.0"))
+
+
+def test_a_loader_iterated_by_a_closure_every_epoch_is_reiterated():
+    """neuralcoref's `learn.py`: `dataloader = DataLoader(..., num_workers=args.numworkers)` in `run(args)`, and
+    the nested `run_epochs(...)` iterates `zip(mentions_idx, n_pairs, dataloader)` in its epoch loop. The uses
+    inside the closure count (loaders._used_again walks nested functions), so the loader lacks
+    `persistent_workers`."""
+    src = """
+    import torch
+    from torch.utils.data import DataLoader
+
+    def run(args, dataset, model, optimizer):
+        dataloader = DataLoader(dataset, batch_size=8, num_workers=8, pin_memory=True)
+
+        def run_epochs(start, end):
+            for epoch in range(start, end):
+                for batch_i, (m, batch) in enumerate(zip(range(100), dataloader)):
+                    loss = model(batch.cuda(non_blocking=True)).mean()
+                    loss.backward()
+                    optimizer.step()
+
+        run_epochs(0, 100)
+    """
+    assert (6, "HL011") in found(src)
