@@ -236,7 +236,7 @@ class LoaderChecks:
                     window: tuple[int, int] = (0, 10**9)) -> bool:  # fmt: skip
         """A loader bound to `names` in `scope` is iterated in a loop there, or by its callers (returned); with
         `loops_only`, handing it to an unknown consumer is no evidence."""
-        for u in ast.walk(scope) if scope is not self.mi.tree else self.mi.nodes:  # (closures too: neuralcoref)
+        for u in walk_local(scope) if scope is not self.mi.tree else self.mi.nodes:
             if not (isinstance(u, (ast.Name, ast.Attribute)) and dotted(u) in names and isinstance(u.ctx, ast.Load)
                     and window[0] <= u.lineno < window[1]):  # fmt: skip
                 continue
@@ -295,10 +295,20 @@ class LoaderChecks:
                     return True  # an unknown consumer (a trainer's fit) may run epochs
         # PyTorch-Encoding's `def training(epoch): for ... in enumerate(trainloader)` nested in the function that
         # built the loader, and called in its epoch loop: the closure re-iterates it
-        return any(isinstance(f, ast.FunctionDef) and any(isinstance(u, ast.Name) and u.id in names
-                                                          for u in ast.walk(f))
-                   and any(self.mi.enclosing_loop(c) is not None for c in self.mi.calls_to.get(f.name, []))
-                   for f in walk_local(scope))  # fmt: skip
+        # (or one with its own epoch loop around the batches: neuralcoref's `run_epochs` over `zip(..., dataloader)`)
+        for f in (f for f in walk_local(scope) if isinstance(f, ast.FunctionDef)):
+            uses = [u for u in ast.walk(f) if isinstance(u, ast.Name) and u.id in names]
+            if uses and (any(self.mi.enclosing_loop(c) is not None for c in self.mi.calls_to.get(f.name, []))
+                         or any(self._looped_in(u, f) for u in uses)):  # fmt: skip
+                return True
+        return False
+
+    def _looped_in(self, u: ast.expr, fn: ast.AST) -> bool:
+        """`u` is used again and again inside `fn`: in a loop there (as a loop's iterable, in a loop around it)."""
+        loop = self.mi.enclosing_loop(u)
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and any(n is u for n in ast.walk(loop.iter)):
+            loop = self.mi.enclosing_loop(loop)
+        return loop is not None and self.mi.enclosing_function(loop) is fn
 
     def _read_once(self, u: ast.expr) -> bool:
         """`u` is iterated by a loop in no loop, in a function called only at module level outside any loop (or a
