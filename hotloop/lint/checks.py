@@ -110,7 +110,7 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
                     self.evaluation(node)
                     if clip:
                         self.clip_order(node)
-            elif isinstance(node, ast.For) and node not in self.mi.train_loops:
+            elif isinstance(node, (ast.For, ast.ListComp, ast.GeneratorExp)) and node not in self.mi.train_loops:
                 self.inline_evaluation(node)
             elif isinstance(node, ast.With) and "inference_mode" in src:
                 self.inference_mode(node)

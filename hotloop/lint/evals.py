@@ -177,9 +177,11 @@ class EvalChecks:
                         out += "\n" + ast.unparse(f) + self._callee_source(f, depth - 1)
         return out
 
-    def inline_evaluation(self, loop: ast.For) -> None:
+    def inline_evaluation(self, loop: ast.For | ast.ListComp | ast.GeneratorExp) -> None:
         """`for batch in eval_dataloader: outputs = model(**batch)` written inline (not in an `eval*` function):
         no_grad must come from a `with` around it (or the function's decorator), eval() from above it."""
+        if not isinstance(loop, ast.For):
+            return self._comprehension_evaluation(loop)
         it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and loop.iter.args else loop.iter
         name = dotted(it).split(".")[-1]
         name = dotted(it) or ast.unparse(loop.iter)
@@ -214,6 +216,23 @@ class EvalChecks:
             self.add("HL018", helper or loop, f"`for ... in {src(loop.iter)}` runs the model without `torch.no_grad()`"
                      + (f" (in `{call_name(helper)}(...)`)" if helper is not None else "") + ": "
                      "activations are kept")  # fmt: skip
+
+    def _comprehension_evaluation(self, comp: ast.ListComp | ast.GeneratorExp) -> None:
+        """torchMoji's `val_loss = np.mean([calc_loss(loss_op, model(Variable(xv)), ...) for xv, yv in val_gen])`:
+        an evaluation written as a comprehension over validation batches, with no `no_grad` around it."""
+        it = comp.generators[0].iter
+        name = dotted(it.args[0] if isinstance(it, ast.Call) and it.args else it) or ast.unparse(it)
+        fn = self.mi.enclosing_function(comp)
+        if (not EVAL_DATA.search(name) or re.match(r"^(val|eval|test)", getattr(fn, "name", ""), re.I)
+                or grad_off_at(self.mi, comp) or self._own_eval(fn)):  # fmt: skip
+            return None
+        calls = [n for n in ast.walk(comp.elt) if isinstance(n, ast.Call)]
+        if any(is_step_call(n) for n in calls) or not any(RUNS_MODEL.search(call_name(n).split(".")[-1] or "-")
+                                                          for n in calls):  # fmt: skip
+            return None
+        self.add("HL018", comp, f"`[... for ... in {src(it)}]` runs the model without `torch.no_grad()`: "
+                 "activations are kept")  # fmt: skip
+        return None
 
     def _own_eval(self, fn: ast.AST) -> bool:
         """A function that trains nothing, puts a model in eval mode itself and loops over data: it evaluates,

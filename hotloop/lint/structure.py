@@ -54,7 +54,7 @@ RUNS_MODEL = re.compile(MODEL_NAME.pattern + r"|classifier|generator|discriminat
 FORWARD_CALL = re.compile(r"^(\w*_)?(model|net|network|encoder|decoder|classifier|generator|discriminator|backbone|"
                           r"teacher|student)\d*$|^(forward|predict)$", re.I)  # fmt: skip
 GRAD_OFF = re.compile(r"no_grad|inference_mode|set_grad_enabled")  # what turns gradients off around a block
-EVAL_DATA = re.compile(r"(eval|val|valid|test)\w*(loader|data|dl|iter)", re.I)
+EVAL_DATA = re.compile(r"(eval|val|valid|test)\w*(loader|data|dl|iter|gen)", re.I)
 EVAL_FLAG = re.compile(r"(is_)?(validate|validation|valid|val|eval|evaluate|evaluation|test|testing)|cross_valid")
 EVAL_FUNCTION = re.compile(r"^(val|eval|test|predict)", re.I)  # an evaluation loop by its name
 

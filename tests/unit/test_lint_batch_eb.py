@@ -366,3 +366,31 @@ def test_a_loader_iterated_by_a_closure_every_epoch_is_reiterated():
         run_epochs(0, 100)
     """
     assert (6, "HL011") in found(src)
+    once = src.replace("            for epoch in range(start, end):\n", "            if start < end:\n")
+    assert (6, "HL011") not in found(once)  # (one pass, in a closure called once: nothing to re-fork)
+
+
+def test_an_evaluation_written_as_a_comprehension_over_validation_batches_is_hl018():
+    """torchMoji's `fit_model`: `val_loss = np.mean([calc_loss(loss_op, model(xv), yv).item() for xv, yv in
+    val_gen])` after `model.eval()`, every epoch, with no `no_grad` (evals._comprehension_evaluation). Under
+    `with torch.no_grad():` it is fine; over the training batches it is not an evaluation."""
+    src = """
+    import numpy as np
+    import torch
+
+    def fit_model(model, loss_op, optim_op, train_gen, val_gen, epochs):
+        for epoch in range(epochs):
+            model.train()
+            for x, y in train_gen:
+                optim_op.zero_grad()
+                loss_op(model(x), y).backward()
+                optim_op.step()
+            model.eval()
+            val_loss = np.mean([loss_op(model(xv), yv).item() for xv, yv in val_gen])
+    """
+    assert (13, "HL018") in found(src)
+    guarded = src.replace(
+        "            val_loss = np.mean(", "            with torch.no_grad():\n                val_loss = np.mean("
+    )
+    assert not [h for h in found(guarded) if h[1] == "HL018"]
+    assert not [h for h in found(src.replace("in val_gen]", "in train_gen]")) if h[1] == "HL018"]
