@@ -361,6 +361,8 @@ class ModuleInfo(CallModel, KindModel, GateModel, DriverModel):
                 if not isinstance(node, ast.Call):
                     continue
                 called = {call_name(node).split(".")[-1], self.local_target(node)}
+                if isinstance(node.func, ast.Name):  # (`train = train_nll` or `train_dice` by a flag: vnet's loop)
+                    called |= {getattr(f, "name", "") for f in self._chosen(node)}
                 if called & epoch_fns and not (called & whole_runs and repeats_runs(self.enclosing_loop(node))):
                     self._mark(self.enclosing_loop(node), hot=False)
         self._rollouts()

@@ -276,8 +276,8 @@ class HostProvenance:
               and self.on_device(c.func.value, c)):  # type: ignore[attr-defined]  # fmt: skip
             self.add("HL007", c, f"`{_src(c)}`: a CPU tensor type, so the device tensor is copied to the host every "
                                  "step")  # fmt: skip  # (FewRel's accuracy: `(pred == label).type(torch.FloatTensor)`)
-        elif (isinstance(c.func, ast.Name) and self.cuda_type(c.func) and c.args
-              and (isinstance(c.args[0], (ast.List, ast.ListComp))
+        elif (isinstance(c.func, (ast.Name, ast.Attribute)) and self.cuda_type(c.func) and c.args  # (AutoGAN's
+              and (isinstance(c.args[0], (ast.List, ast.ListComp))  # `torch.cuda.FloatTensor(np.random.normal(...))`)
                    or isinstance(c.args[0], ast.Call) and dotted(c.args[0].func).startswith("np."))):  # fmt: skip
             self.add("HL024", c, f"`{_src(c)}` builds host data and copies it to the device every step")
 

@@ -394,3 +394,55 @@ def test_an_evaluation_written_as_a_comprehension_over_validation_batches_is_hl0
     )
     assert not [h for h in found(guarded) if h[1] == "HL018"]
     assert not [h for h in found(src.replace("in val_gen]", "in train_gen]")) if h[1] == "HL018"]
+
+
+def test_torch_cuda_floattensor_of_numpy_noise_is_hl024():
+    """AutoGAN's `z = torch.cuda.FloatTensor(np.random.normal(0, 1, (n, latent_dim)))` every step: host noise
+    copied to the device (provenance.legacy_cuda_copies took only a bare `Tensor(...)` alias, not the dotted
+    constructor). Sizes (`torch.cuda.FloatTensor(n, d)`) allocate on the device: no copy."""
+    src = """
+    import numpy as np
+    import torch
+
+    def train(gen, dis, opt, loader, args):
+        gen.cuda()
+        for imgs in loader:
+            z = torch.cuda.FloatTensor(np.random.normal(0, 1, (imgs.shape[0], args.latent_dim)))
+            loss = dis(gen(z)).mean()
+            loss.backward()
+            opt.step()
+    """
+    assert (8, "HL024") in found(src)
+    sized = src.replace("np.random.normal(0, 1, (imgs.shape[0], args.latent_dim))", "imgs.shape[0], args.latent_dim")
+    assert not [h for h in found(sized) if h[1] == "HL024"]
+
+
+def test_an_epoch_function_chosen_by_a_flag_makes_its_caller_a_training_loop():
+    """vnet.pytorch: `train = train_nll` (or `train_dice` with `--dice`), then `train(args, epoch, ...)` and
+    `save_checkpoint(...)` in the epoch loop, which `torch.save`s to `<prefix>_checkpoint.pth.tar` in place. The
+    epoch loop calls an epoch function through the alias (analysis: `_chosen` names), so it is a training loop
+    and the save in its helper is HL021."""
+    src = """
+    import os
+    import torch
+
+    def save_checkpoint(state, path, prefix, filename="checkpoint.pth.tar"):
+        name = os.path.join(path, prefix) + "_" + filename
+        torch.save(state, name)
+
+    def train_nll(model, loader, optimizer):
+        for data, target in loader:
+            optimizer.zero_grad()
+            model(data.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+
+    def main(args, model, loader, optimizer):
+        if args.dice:
+            train = None
+        else:
+            train = train_nll
+        for epoch in range(args.epochs):
+            train(model, loader, optimizer)
+            save_checkpoint({"epoch": epoch, "state_dict": model.state_dict()}, args.save, "vnet")
+    """
+    assert (7, "HL021") in found(src)
