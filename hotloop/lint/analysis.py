@@ -60,7 +60,9 @@ EPOCH_FUNCTION = re.compile(r"^_*(train|training)_(one_)?epoch$|^_*run_epoch$|^_
 NOT_A_STEP_CALL = re.compile(r"(^|_)(epoch|save|ckpt|checkpoint|logs?|print|eval|evaluate|valid|validate|test|record"
                              r"|report|write)($|_)", re.I)  # fmt: skip
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
-MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda)$")  # a batch mover helper
+# a batch mover helper (and VIBE's `move_dict_to_device`, `dict_to_cuda`, `recursive_to`)
+MOVER_FN = re.compile(r"^(to_cuda|to_device|to_gpu|move_to|move_to_device|cuda|recursive_to"
+                      r"|move_\w+_to_(device|cuda|gpu)|(dict|batch|data|tensors?)_to_(device|cuda|gpu))$")  # fmt: skip
 
 
 def call_name(call: ast.Call) -> str:

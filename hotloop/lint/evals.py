@@ -41,6 +41,17 @@ def _runs_by_name(c: ast.Call) -> bool:
     return bool(RUNS_MODEL.search(last)) and not EVAL_CALL.match(last)
 
 
+NOT_FORWARD = {"eval", "train", "parameters", "named_parameters", "state_dict", "load_state_dict", "to", "cuda",
+               "cpu", "zero_grad", "modules", "named_modules", "children", "apply", "half", "float"}  # fmt: skip
+
+
+def _model_method(c: ast.Call) -> bool:
+    """`model.rating(u_emb, i_emb)` in MixGCF's `test`: a method of the model that computes with it."""
+    f = c.func
+    return (isinstance(f, ast.Attribute) and f.attr not in NOT_FORWARD and not f.attr.startswith("_")
+            and bool(FORWARD_CALL.search(dotted(f.value).rpartition(".")[2] or "-")))  # fmt: skip
+
+
 def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
     """HL018 at a call of another file's evaluation function (`evaluate(model, dataset, args)`) that loops over
     the model's forward passes without turning gradients off, when the call site does not either. (In its own
@@ -66,7 +77,7 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
         calls = [n for loop in loops for n in walk_local(loop) if isinstance(n, ast.Call)]
         evaled = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "eval"}
         forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")
-                    or call_name(n) in evaled]  # fmt: skip  # (`net_g.eval()` ... `net_g(data)`: federated-learning)
+                    or call_name(n) in evaled or _model_method(n)]  # fmt: skip  # (`net_g.eval()` ... `net_g(data)`)
         forward = min(forwards, key=lambda n: n.lineno, default=None)
         if forward is None or GRAD_OFF.search(source):
             continue

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.forks import comp_binding
+from hotloop.lint.moved import appended, device_iterators, iterated_batch, moved_whole_before
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import binding_before, passed_for
@@ -366,14 +368,14 @@ class HostProvenance:
         if depth > 6:
             return False
         if isinstance(e, ast.Name):
-            if self._moved_in_branch_before(e.id, at):
+            if self._moved_in_branch_before(e.id, at) or moved_whole_before(self.mi, e.id, at):
                 return True
             value = self.value_before(e.id, at)
             if value is None and (value := self.value_before(e.id, at, unpack=True)) is not None:
                 # a module's outputs share its device; a same-file helper's tuple may hold host-built tensors
                 value = None if isinstance(value, ast.Call) and self.mi.targets_of(value) else value
-            if value is None:
-                return self._device_param(e, depth)
+            if value is None:  # (or a batch of an iterator built on the device: torchtext's `BucketIterator`)
+                return self._device_param(e, depth) or device_iterators(self.mi) and iterated_batch(self.mi, e.id, at)
             return self.on_device(value, value, depth + 1)
         if isinstance(e, (ast.List, ast.Tuple)):  # `torch.cat([batch_y[:, :k], dec_inp])`: one device, all of them
             return any(self.on_device(x, at, depth + 1) for x in e.elts)
@@ -406,7 +408,12 @@ class HostProvenance:
             return True  # `.detach()`, `.view()` of a device tensor
         if (meth in self.HOST_KEEPING or meth in ("view_as", "reshape_as")) and self._host(e.func.value):
             return False  # the receiver's device, whatever its arguments' (wgan-gp's `alpha.expand_as(real_data)`)
+        if name in ("torch.cat", "torch.stack") and e.args and appended(self.mi, e.args[0], self._at(depth)):
+            return True  # the list holds only what was appended on the device (SAM-Med3D's click points)
         return any(self.on_device(a, at, depth + 1) for a in e.args)  # a module or function of device tensors
+
+    def _at(self, depth: int) -> Callable[[ast.expr, ast.AST], bool]:
+        return lambda v, c: self.on_device(v, c, depth + 1)
 
     def _device_param(self, e: ast.Name, depth: int) -> bool:
         """A parameter, read before anything is assigned to it, that every hot same-file call passes a tensor

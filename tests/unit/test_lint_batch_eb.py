@@ -446,3 +446,106 @@ def test_an_epoch_function_chosen_by_a_flag_makes_its_caller_a_training_loop():
             save_checkpoint({"epoch": epoch, "state_dict": model.state_dict()}, args.save, "vnet")
     """
     assert (7, "HL021") in found(src)
+
+
+def test_an_evaluation_helper_calling_a_model_method_in_its_loop_is_hl018_at_the_call(tmp_path):
+    """MixGCF / KGIN: `test(model, user_dict)` in `utils/evaluate.py` scores every user batch with
+    `model.rating(u_emb, i_emb)` (a method of the model, not `model(...)`), and `main.py` calls it every epoch
+    after `model.eval()` with no `no_grad` (evals._model_method). Decorated with `@torch.no_grad()`, it is fine."""
+    helper = """
+        import torch
+
+        def test(model, users, batch=100):
+            user_emb, item_emb = model.generate()
+            out = []
+            for start in range(0, len(users), batch):
+                out.append(model.rating(user_emb[start:start + batch], item_emb).detach().cpu())
+            return out
+    """
+    script = """
+        import torch
+        from utils.evaluate import test
+
+        def main(model, loader, optimizer, users, epochs):
+            model.cuda()
+            for epoch in range(epochs):
+                model.train()
+                for batch in loader:
+                    model(batch.cuda(non_blocking=True)).mean().backward()
+                    optimizer.step()
+                model.eval()
+                result = test(model, users)
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"utils/__init__.py": "", "utils/evaluate.py": helper, "main.py": script})
+    assert (13, "HL018") in {(f.line, f.code) for f in lint_paths([tmp_path / "main.py"])}
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "README.md").write_text("x\n")
+    guarded = helper.replace("        def test(", "        @torch.no_grad()\n        def test(")
+    _files(other, {"utils/__init__.py": "", "utils/evaluate.py": guarded, "main.py": script})
+    assert "HL018" not in {f.code for f in lint_paths([other / "main.py"])}
+
+
+def test_a_second_move_of_what_was_already_moved_is_not_hl012():
+    """Three ways research code puts tensors on the device before a `.to(device)` that then copies nothing
+    (moved.py): NeRF++ moves every entry of `ray_batch` in a loop, VIBE hands `target_3d` to
+    `move_dict_to_device` inside an `if`, SAM-Med3D concatenates a list it filled with device tensors. The
+    same code without the earlier move still copies from the host (HL012)."""
+    src = """
+    import torch
+
+    def move_dict_to_device(d, device):
+        for k in d:
+            d[k] = d[k].to(device, non_blocking=True)
+
+    def train(model, optimizer, loader, loader3d, rank, device):
+        clicks = []
+        for ray_batch in loader:
+            for key in ray_batch:
+                ray_batch[key] = ray_batch[key].to(rank, non_blocking=True)
+            target_3d = None
+            if loader3d is not None:
+                target_3d = next(loader3d)
+                move_dict_to_device(target_3d, device)
+            rgb = ray_batch["rgb"].to(rank)
+            feats = target_3d["features"].to(device)
+            point = model(rgb).to(device, non_blocking=True)
+            clicks.append(point)
+            multi = torch.cat(clicks, dim=1).to(device)
+            loss = (model(feats) + multi.sum()).mean()
+            loss.backward()
+            optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL012"]
+    bare = (src.replace("            for key in ray_batch:\n                ray_batch[key] = ray_batch[key].to(rank, "
+                        "non_blocking=True)\n", "")
+            .replace("                move_dict_to_device(target_3d, device)\n", "")
+            .replace("point = model(rgb).to(device, non_blocking=True)", "point = torch.rand(3)"))  # fmt: skip
+    said = " ".join(f.message for f in lint_source(textwrap.dedent(bare), "<string>") if f.code == "HL012")
+    assert all(x in said for x in ("ray_batch['rgb']", "target_3d['features']", "torch.cat(clicks"))
+
+
+def test_batches_of_a_torchtext_iterator_built_on_the_device_are_on_the_device():
+    """attention-is-all-you-need: `BucketIterator(train, batch_size=b, device=device)` builds every batch on the
+    device, so `batch.src.to(device)` in the loop copies nothing (moved.device_iterators). With `device=-1`
+    (legacy torchtext's CPU) the batches are host tensors."""
+    src = """
+    import torch
+    from torchtext.data import BucketIterator
+
+    def train_epoch(model, training_data, optimizer, device):
+        for batch in training_data:
+            src_seq = batch.src.to(device)
+            loss = model(src_seq).mean()
+            loss.backward()
+            optimizer.step()
+
+    def main(train, device, model, optimizer):
+        model.to(device)
+        it = BucketIterator(train, batch_size=64, device=device, train=True)
+        for epoch in range(10):
+            train_epoch(model, it, optimizer, device)
+    """
+    assert not [h for h in found(src) if h[1] == "HL012"]
+    assert (7, "HL012") in found(src.replace("device=device, train=True", "device=-1, train=True"))

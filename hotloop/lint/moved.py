@@ -1,0 +1,90 @@
+"""Tensors already on the device that an expression alone does not show: a `.to(device)` of them copies nothing.
+
+`provenance.ProvenanceChecks.on_device` follows a name to the value assigned to it. Three ways research code puts
+tensors on the device leave no such assignment:
+
+- a whole container moved in place before the use: NeRF++'s `for key in ray_batch: ray_batch[key] =
+  ray_batch[key].to(rank)`, or VIBE's `move_dict_to_device(target_3d, self.device)` (`moved_whole_before`);
+- a list filled with device tensors, then concatenated: SAM-Med3D's `self.click_points.append(points_co)` after
+  `points_co = torch.cat(...).to(device)`, then `torch.cat(self.click_points, dim=1).to(device)` (`appended`);
+- batches of an iterator built on the device: torchtext's `BucketIterator(train, ..., device=device)` in
+  attention-is-all-you-need, whose `batch.src` the loop moves again (`device_iterators`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from typing import Any
+
+from hotloop.lint.analysis import MOVER_FN, call_name, dotted, method_name, target_names
+
+ITERATOR = re.compile(r"(Bucket)?Iterator$")  # torchtext's (legacy) iterators take `device=`
+
+
+def moved_whole_before(mi: Any, name: str, at: ast.AST) -> bool:
+    """Every entry of the container `name` was moved to the device by a statement before `at` in its blocks (a
+    loop over its keys storing `.to(...)`/`.cuda()` of each entry back, or a mover helper handed it), and `name` was
+    not bound again in between."""
+    child, n = at, mi.parent.get(at)
+    while n is not None and not isinstance(n, (ast.Module, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+        block = next((b for b in (getattr(n, "body", None), getattr(n, "orelse", None))
+                      if isinstance(b, list) and child in b), None)  # fmt: skip
+        for s in reversed(block[: block.index(child)] if block else []):
+            # (also inside an `if` before: VIBE's `if self.train_3d_iter: target_3d = next(...); move_dict_to_device(
+            # target_3d, self.device)`, the move after the binding)
+            if any(isinstance(x, ast.Call) and x.args and MOVER_FN.search(call_name(x).rpartition(".")[2])
+                   and dotted(x.args[0]) == name or isinstance(x, ast.For) and _moves_entries(x, name)
+                   for x in ast.walk(s)):  # fmt: skip
+                return True
+            if any(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Store) for x in ast.walk(s)):
+                return False
+        child, n = n, mi.parent.get(n)
+    return False
+
+
+def _moves_entries(loop: ast.For, name: str) -> bool:
+    """`for key in batch:` (or `batch.keys()`, `batch.items()`) whose body stores `batch[key].to(...)` back."""
+    it = loop.iter.func.value if isinstance(loop.iter, ast.Call) and method_name(loop.iter) in ("keys", "items") \
+        else loop.iter  # fmt: skip
+    if dotted(it) != name:  # type: ignore[arg-type]
+        return False
+    return any(isinstance(a, ast.Assign) and any(isinstance(t, ast.Subscript) and dotted(t.value) == name
+                                                 for t in a.targets)
+               and any(isinstance(c, ast.Call) and method_name(c) in ("to", "cuda") for c in ast.walk(a.value))
+               for a in ast.walk(loop))  # fmt: skip
+
+
+def appended(mi: Any, e: ast.expr, on_device: Callable[[ast.expr, ast.AST], bool]) -> bool:
+    """The list `e` (a name or `self.x`) is filled only by `.append(v)` calls of this module with `v` on the
+    device where it is appended: `torch.cat(e)` of it is on the device too."""
+    key = dotted(e)
+    if not key:
+        return False
+    adds = [c for c in mi.nodes if isinstance(c, ast.Call) and method_name(c) == "append" and c.args
+            and dotted(c.func.value) == key]  # fmt: skip
+    return bool(adds) and all(on_device(c.args[0], c) for c in adds)
+
+
+def device_iterators(mi: Any) -> bool:
+    """The module builds torchtext iterators on the device (`BucketIterator(..., device=device)`, not -1 or
+    "cpu") and no DataLoader: the batches its loops read are device tensors."""
+    if "_device_iterators" not in mi.__dict__:
+        made = [c for c in mi.nodes if isinstance(c, ast.Call) and ITERATOR.search(call_name(c))]
+        devices = [k.value for c in made for k in c.keywords if k.arg == "device"]
+        on = bool(devices) and all(not (isinstance(d, ast.Constant) and d.value in (-1, "cpu", None))
+                                   and not (isinstance(d, ast.UnaryOp) and ast.unparse(d) == "-1")
+                                   for d in devices)  # fmt: skip
+        mi.__dict__["_device_iterators"] = on and "DataLoader(" not in mi.source
+    return bool(mi.__dict__["_device_iterators"])
+
+
+def iterated_batch(mi: Any, name: str, at: ast.AST) -> bool:
+    """`name` is the target of a loop around `at` (the batch a torchtext iterator yields)."""
+    n = mi.parent.get(at)
+    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(n, (ast.For, ast.AsyncFor)) and name in target_names(n.target):
+            return True
+        n = mi.parent.get(n)
+    return False
