@@ -74,7 +74,9 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
         source = ast.unparse(fn) + "".join(ast.unparse(f) for n in body if isinstance(n, ast.Call)
                                            for f in helper.targets_of(n))  # fmt: skip
         loops = [n for n in body if isinstance(n, (ast.For, ast.While))]
-        calls = [n for loop in loops for n in walk_local(loop) if isinstance(n, ast.Call)]
+        # (a full-batch evaluation runs its one forward outside any loop: PairNorm's `val(net, criterion, data)`)
+        inside = [n for loop in loops for n in walk_local(loop)] if loops else body
+        calls = [n for n in inside if isinstance(n, ast.Call)]
         evaled = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "eval"}
         forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")
                     or call_name(n) in evaled or _model_method(n)]  # fmt: skip  # (`net_g.eval()` ... `net_g(data)`)

@@ -549,3 +549,44 @@ def test_batches_of_a_torchtext_iterator_built_on_the_device_are_on_the_device()
     """
     assert not [h for h in found(src) if h[1] == "HL012"]
     assert (7, "HL012") in found(src.replace("device=device, train=True", "device=-1, train=True"))
+
+
+def test_a_loop_calling_an_imported_step_function_by_name_trains(tmp_path):
+    """PairNorm's `main.py`: `from utils import train, val`, then `for epoch in range(args.epochs):
+    train_loss, train_acc = train(net, optimizer, criterion, data)` (one full-batch step in `utils.py`) and
+    `val(net, criterion, data)` (a forward after `net.eval()`, no `no_grad`, no loop). The loop trains
+    (imports.remote_steps takes a plain-name call in a loop), so its in-place `torch.save` is HL021, and the
+    full-batch evaluation is HL018 at its call."""
+    helper = """
+        def train(net, optimizer, criterion, data):
+            net.train()
+            optimizer.zero_grad()
+            loss = criterion(net(data.x), data.y)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        def val(net, criterion, data):
+            net.eval()
+            return criterion(net(data.x), data.y)
+    """
+    script = """
+        import torch
+        from utils import train, val
+
+        net = torch.nn.Linear(4, 2).cuda()
+        optimizer = torch.optim.Adam(net.parameters())
+        criterion = torch.nn.CrossEntropyLoss()
+        data = None
+        best = 1e10
+        for epoch in range(100):
+            train_loss = train(net, optimizer, criterion, data)
+            val_loss = val(net, criterion, data)
+            if val_loss < best:
+                best = val_loss
+                torch.save(net.state_dict(), "checkpoint-best.pkl")
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"utils.py": helper, "main.py": script})
+    codes = {(f.line, f.code) for f in lint_paths([tmp_path / "main.py"])}
+    assert {(12, "HL018"), (15, "HL021")} <= codes
