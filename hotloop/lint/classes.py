@@ -83,7 +83,7 @@ def _root(file: Path) -> Path:
 
 
 _UNMARKED: dict[Path, Path] = {}
-TOP_IMPORT = re.compile(r"^(?:from|import)\s+([A-Za-z_]\w*)[.\s]", re.M)
+TOP_IMPORT = re.compile(r"^(?:from|import)\s+([A-Za-z_]\w*)([.\s])", re.M)
 
 
 def _unmarked_root(file: Path, ups: list[Path]) -> Path:
@@ -93,11 +93,19 @@ def _unmarked_root(file: Path, ups: list[Path]) -> Path:
     its caller, lives), or the file's own folder."""
     if file not in _UNMARKED:
         try:
-            heads = set(TOP_IMPORT.findall(file.read_text(encoding="utf-8-sig", errors="replace")))
+            found_imports = TOP_IMPORT.findall(file.read_text(encoding="utf-8-sig", errors="replace"))
         except OSError:
-            heads = set()
-        found = [d for d in ups[1:] for h in heads if (d / h / "__init__.py").exists() or (d / h).is_dir()
-                 and next((d / h).rglob("*.py"), None) is not None or (d / f"{h}.py").is_file()]  # fmt: skip
+            found_imports = []
+        heads = {h for h, _ in found_imports}
+        dotted_heads = {h for h, sep in found_imports if sep == "."}  # (`from utils.utils import`: a package)
+        # (two folders up at most, and only a package with an `__init__.py` or a module beside other Python files:
+        # `import main` must not take `/work/main/` for a module when linting files copied under `/work/lint_corpus`)
+        own = {h for h in heads if (file.parent / h).is_dir()
+               or h not in dotted_heads and (file.parent / f"{h}.py").is_file()}  # fmt: skip
+        found = [d for d in ups[1:3] for h in heads - own
+                 if (d / h / "__init__.py").is_file() or h not in dotted_heads and (d / f"{h}.py").is_file()
+                 or (d / h).is_dir() and next((d / h).rglob("*.py"), None) is not None
+                 and next(d.glob("*.py"), None) is not None]  # fmt: skip
         _UNMARKED[file] = min(found, key=lambda d: len(d.parts)) if found else file.parent
     return _UNMARKED[file]
 

@@ -260,11 +260,12 @@ def test_an_evaluation_helper_called_from_the_training_loop_is_one_hl018():
 
 
 def test_an_unmarked_namespace_package_of_folders_roots_the_project(tmp_path):
-    """VirTex copied without its README: `scripts/pretrain_virtex.py` imports `virtex.utils.common`, a folder of
-    folders with no `__init__.py`, whose `cycle(dataloader)` calls `dataloader.sampler.set_epoch(...)`. The
-    folder holding `virtex/` is the project (classes._unmarked_root looks for Python files below the package,
-    not only in it), so the sampler the script builds is not HL015."""
+    """VirTex copied without its README: `scripts/pretrain_virtex.py` imports `virtex.utils.common`, a package
+    whose `utils/` folder has no `__init__.py`, whose `cycle(dataloader)` calls `dataloader.sampler.set_epoch(...)`.
+    The folder holding `virtex/` is the project (classes._unmarked_root), so the sampler the script builds is not
+    HL015."""
     _files(tmp_path, {
+        "virtex/__init__.py": "",
         "virtex/utils/common.py": """
             def cycle(dataloader, device):
                 epoch = 0
