@@ -459,6 +459,8 @@ def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], 
         if target is None:
             continue
         file, name = target
+        if "." not in name and call_name(c).rpartition(".")[2] == name and name[:1].isupper():
+            name = f"{name}.__init__"  # `NTXentLoss_poly(device, ...)` built in the loop runs `__init__`, not `forward`
         acts = not_a_step(name)
         if acts and not ACTS.search(name.rpartition(".")[2]):
             continue

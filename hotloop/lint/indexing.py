@@ -301,6 +301,12 @@ class IndexChecks:
             return bool(MASK_KEY.search(e.slice.value)) and self._batch_entry(e.value, node)
         if isinstance(e, ast.Attribute) and MASK_KEY.search(e.attr) and not dotted(e).startswith("self."):
             return self._batch_entry(e.value, node)  # `env_outputs.episode_return[env_outputs.done]`
+        if isinstance(e, ast.Attribute) and dotted(e).startswith("self.") and dotted(e).count(".") == 1:
+            # TF-C's `NTXentLoss`: `self.mask_samples_from_same_repr = self._get_correlated_mask().type(torch.bool)`
+            # in `__init__`, `similarity_matrix[self.mask_samples_from_same_repr]` in `forward`
+            made = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign)
+                    and any(dotted(t) == dotted(e) for t in n.targets)]  # fmt: skip
+            return bool(made) and all(isinstance(v, ast.Call) and _bool_made(v) for v in made)
         if isinstance(e, ast.Call) and method_name(e) in RESHAPES and isinstance(e.func, ast.Attribute):
             return self._is_mask(e.func.value, node)  # `epe.view(-1)[valid.view(-1)]` (RAFT's sequence_loss)
         return isinstance(e, ast.Call) and _bool_made(e)

@@ -591,3 +591,43 @@ def test_a_loop_calling_an_imported_step_function_by_name_trains(tmp_path):
     _files(tmp_path, {"utils.py": helper, "main.py": script})
     codes = {(f.line, f.code) for f in lint_paths([tmp_path / "main.py"])}
     assert {(12, "HL018"), (15, "HL021")} <= codes
+
+
+def test_a_mask_kept_on_the_loss_object_is_boolean_indexing_and_its_construction_runs_init(tmp_path):
+    """TF-C's `NTXentLoss_poly`: `__init__` keeps `self.mask_samples_from_same_repr = self._get_correlated_mask()
+    .type(torch.bool)` and `forward` indexes `similarity_matrix[self.mask_samples_from_same_repr]` (HL006,
+    indexing: a `self.` attribute every assignment of which makes a bool tensor). The loop builds the loss
+    anew every step, `NTXentLoss_poly(device, ...)`: that line runs `__init__`, not `forward` (effects)."""
+    loss = """
+        import torch
+
+        class NTXentLoss_poly(torch.nn.Module):
+            def __init__(self, device, batch_size):
+                super().__init__()
+                self.batch_size = batch_size
+                self.mask_samples_from_same_repr = torch.eye(2 * batch_size).to(device).type(torch.bool)
+
+            def forward(self, zis, zjs):
+                reps = torch.cat([zjs, zis], dim=0)
+                similarity_matrix = reps @ reps.T
+                negatives = similarity_matrix[self.mask_samples_from_same_repr]
+                return negatives.mean()
+    """
+    script = """
+        import torch
+        from loss import NTXentLoss_poly
+
+        def pretrain(model, optimizer, loader, device):
+            model.cuda()
+            for data, aug in loader:
+                h, h_aug = model(data.to(device, non_blocking=True)), model(aug.to(device, non_blocking=True))
+                criterion = NTXentLoss_poly(device, 128)
+                loss = criterion(h, h_aug)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"loss.py": loss, "train.py": script})
+    hits = {(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])}
+    assert (10, "HL006") in hits and (9, "HL006") not in hits
