@@ -104,8 +104,26 @@ def param_classes(mi: ModuleInfo, fn: ast.FunctionDef | ast.AsyncFunctionDef) ->
                 given = passed_for(fn, as_called, a.arg)
                 if given is not None:
                     seen.setdefault(a.arg, set()).add(class_made(other, project, given, c))
+    _forwarded(mi, fn, seen)
     _TYPED[key] = {p: next(iter(k)) for p, k in seen.items() if len(k) == 1 and None not in k}  # type: ignore[misc]
     return _TYPED[key]
+
+
+def _forwarded(mi: ModuleInfo, fn: ast.FunctionDef | ast.AsyncFunctionDef, seen: dict[str, set[Any]]) -> None:
+    """Same-file calls that hand `fn` a parameter of their own function (DrQ's `update(self, replay_buffer,
+    logger, step)` calling `self.update_critic(obs, ..., logger, step)`): that parameter's class, as the
+    callers of the calling function in other files give it (`agent.update(buffer, self.logger, step)` in
+    `train.py`, with `self.logger = Logger(...)`)."""
+    for c in mi.calls_to.get(fn.name, []):
+        caller = mi.enclosing_function(c)
+        args = getattr(caller, "args", None)
+        if args is None or caller is fn:
+            continue
+        own = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+            given = passed_for(fn, c, a.arg) if a.arg not in ("self", "cls") else None
+            if isinstance(given, ast.Name) and given.id in own:
+                seen.setdefault(a.arg, set()).add(param_classes(mi, caller).get(given.id))  # type: ignore[arg-type]
 
 
 def class_made(mi: ModuleInfo, project: Any, e: ast.expr, at: ast.AST, depth: int = 0) -> tuple[Path, str] | None:

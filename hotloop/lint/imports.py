@@ -183,7 +183,9 @@ class Project:
         # a parameter its callers hand a project class: `criterion(out, targets)`, `self.model(x)`, `agent.update(b)`
         if (typed := typed_receiver(self.mi, c, name)) is not None:
             return typed
-        typed = typed_receiver(self.mi, c, obj) if obj and not meth.startswith("_") and meth not in NOT_OBJECT else None
+        # (`log` is a tensor method, and every project logger's: `logger.log(key, loss, step)` in DrQ's agent)
+        typed = typed_receiver(self.mi, c, obj) if obj and not meth.startswith("_") and (
+            meth not in NOT_OBJECT or meth == "log") else None  # fmt: skip
         if typed is not None:
             return typed[0], f"{typed[1]}.{meth}"
         if obj and self.file is not None and obj.partition(".")[0] not in self._imported():

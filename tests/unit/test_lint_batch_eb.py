@@ -631,3 +631,59 @@ def test_a_mask_kept_on_the_loss_object_is_boolean_indexing_and_its_construction
     _files(tmp_path, {"loss.py": loss, "train.py": script})
     hits = {(f.line, f.code) for f in lint_paths([tmp_path / "train.py"])}
     assert (10, "HL006") in hits and (9, "HL006") not in hits
+
+
+def test_a_parameter_forwarded_by_a_same_file_caller_is_typed_by_its_callers(tmp_path):
+    """DrQ / SAC-AE / dmcontrol-gb: `train.py` builds `self.logger = Logger(...)` and calls
+    `self.agent.update(self.replay_buffer, self.logger, self.step)`; `Agent.update` hands `logger` on to
+    `self.update_critic(obs, ..., logger, step)`, which calls `logger.log('train_critic/loss', critic_loss, step)`
+    every update, and `Logger.log` does `value.item()`. The parameter is typed through the same-file call
+    (callsites._forwarded), and `log`, a tensor method too, is typed like any other (imports.Project.callee), so
+    the read is HL001 at the `logger.log` call."""
+    logger = """
+        import torch
+
+        class Logger:
+            def __init__(self, log_dir):
+                self.rows = []
+
+            def log(self, key, value, step):
+                if type(value) == torch.Tensor:
+                    value = value.item()
+                self.rows.append((key, value, step))
+    """
+    agent = """
+        import torch
+
+        class Agent:
+            def __init__(self, critic, critic_optimizer):
+                self.critic, self.critic_optimizer = critic.cuda(), critic_optimizer
+
+            def update_critic(self, obs, target, logger, step):
+                critic_loss = ((self.critic(obs) - target) ** 2).mean()
+                logger.log("train_critic/loss", critic_loss, step)
+                self.critic_optimizer.zero_grad()
+                critic_loss.backward()
+                self.critic_optimizer.step()
+
+            def update(self, replay_buffer, logger, step):
+                obs, target = replay_buffer.sample()
+                self.update_critic(obs, target, logger, step)
+    """
+    train = """
+        from agent import Agent
+        from logger import Logger
+
+        class Workspace:
+            def __init__(self, critic, opt, buffer):
+                self.logger = Logger("logs")
+                self.agent = Agent(critic, opt)
+                self.replay_buffer = buffer
+
+            def run(self, steps):
+                for step in range(steps):
+                    self.agent.update(self.replay_buffer, self.logger, step)
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"logger.py": logger, "agent.py": agent, "train.py": train})
+    assert (10, "HL001") in {(f.line, f.code) for f in lint_paths([tmp_path / "agent.py"])}
