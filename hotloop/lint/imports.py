@@ -167,6 +167,8 @@ class Project:
         head, _, rest = name.partition(".")
         if not rest and head in self.names:
             return self.names[head]
+        if not rest and (alias := next((v for v in self._renamed().get(head, []) if v in self.names), None)):
+            return self.names[alias]  # `get_train_loader = get_pytorch_train_loader` (the first backend: the default)
         if rest and "." not in rest and head in self.modules:
             return self.modules[head], rest
         if rest and "." not in rest and head in self.folders:  # `lib.train_with_auto_virtual_batch(...)`
@@ -183,9 +185,8 @@ class Project:
         # a parameter its callers hand a project class: `criterion(out, targets)`, `self.model(x)`, `agent.update(b)`
         if (typed := typed_receiver(self.mi, c, name)) is not None:
             return typed
-        # (`log` is a tensor method, and every project logger's: `logger.log(key, loss, step)` in DrQ's agent)
         typed = typed_receiver(self.mi, c, obj) if obj and not meth.startswith("_") and (
-            meth not in NOT_OBJECT or meth == "log") else None  # fmt: skip
+            meth not in NOT_OBJECT or meth == "log") else None  # fmt: skip  # (a tensor's `log`, and DrQ's logger's)
         if typed is not None:
             return typed[0], f"{typed[1]}.{meth}"
         if obj and self.file is not None and obj.partition(".")[0] not in self._imported():
@@ -204,6 +205,14 @@ class Project:
             if other is not None and find_def(other.tree, f"{target[1]}.{meth}") is not None:  # type: ignore[index]
                 return target[0], f"{target[1]}.{meth}"  # type: ignore[index]
         return None
+
+    def _renamed(self) -> dict[str, list[str]]:
+        """Local name -> the names assigned to it (`f = g`), in source order, found once."""
+        if not hasattr(self, "_renames"):
+            pairs = [(n.targets[0].id, n.value.id) for n in self.mi.nodes if isinstance(n, ast.Assign)
+                     and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Name)]  # fmt: skip
+            self._renames = {k: [v for t, v in pairs if t == k] for k, _ in pairs}
+        return self._renames
 
     def _root(self) -> Path | None:
         """The folder of the project's classes (`classes.project_root`), found once."""

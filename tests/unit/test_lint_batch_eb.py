@@ -687,3 +687,40 @@ def test_a_parameter_forwarded_by_a_same_file_caller_is_typed_by_its_callers(tmp
     (tmp_path / "README.md").write_text("x\n")
     _files(tmp_path, {"logger.py": logger, "agent.py": agent, "train.py": train})
     assert (10, "HL001") in {(f.line, f.code) for f in lint_paths([tmp_path / "agent.py"])}
+
+
+def test_a_loader_builder_reached_through_a_renamed_function_is_judged_at_the_call(tmp_path):
+    """mobilenetv2.pytorch: `if args.data_backend == 'pytorch': get_train_loader = get_pytorch_train_loader`
+    (imported from `utils/dataloaders.py`, which builds `DataLoader(..., num_workers=workers)`), then
+    `train_loader, n = get_train_loader(args.data, ...)` iterated every epoch: the renamed call resolves to the
+    first function assigned (imports.Project._renamed), so the loader lacks `persistent_workers` at the call."""
+    loaders = """
+        import torch
+
+        def get_pytorch_train_loader(data, batch_size, workers=5):
+            dataset = torch.utils.data.TensorDataset(data)
+            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=True)
+            return loader, len(loader)
+
+        def get_dali_train_loader(dali_cpu=False):
+            return None
+    """
+    script = """
+        import torch
+        from utils.dataloaders import get_pytorch_train_loader, get_dali_train_loader
+
+        def main(args, model, optimizer):
+            model.cuda()
+            if args.data_backend == "pytorch":
+                get_train_loader = get_pytorch_train_loader
+            else:
+                get_train_loader = get_dali_train_loader(dali_cpu=False)
+            train_loader, train_loader_len = get_train_loader(args.data, args.batch_size, workers=args.workers)
+            for epoch in range(args.epochs):
+                for x in train_loader:
+                    model(x.cuda(non_blocking=True)).mean().backward()
+                    optimizer.step()
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"utils/__init__.py": "", "utils/dataloaders.py": loaders, "imagenet.py": script})
+    assert (11, "HL011") in {(f.line, f.code) for f in lint_paths([tmp_path / "imagenet.py"])}
