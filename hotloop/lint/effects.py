@@ -415,6 +415,8 @@ def loader_hits(mi: ModuleInfo, project: Project) -> list[tuple[str, ast.Call, s
         if "." in target[1]:  # a method of an instance (`trainer.run()`): its loaders' lifetime is not seen here
             continue
         caller = caller or Checker(mi)
+        if caller._never_read(c):  # (DCdetector's `self.vali_loader = get_loader_segment(...)`, never iterated)
+            continue
         for file, line, missing in loaders_built(target[0], target[1], caller, c)[:1]:
             where = relative(project, file)
             out.append(("HL011", c, f"`{_shown(c)}(...)` builds a `DataLoader` ({where}:{line}) with workers but "

@@ -47,10 +47,12 @@ class LoaderChecks:
 
     def _never_read(self, c: ast.Call) -> bool:
         """`dataloader_val = DataLoader(...)` in a function that nothing reads (RetinaNet builds one and never
-        evaluates). A module-level loader may be imported by another file: not judged unread."""
+        evaluates). A module-level loader may be imported by another file: not judged unread, unless the module
+        is a script that trains at module level (MNAD's `Train.py` builds `test_batch` and never reads it)."""
         assign = self.mi.parent.get(c)
         names = {dotted(t) for t in assign.targets} if isinstance(assign, ast.Assign) else set()
-        if not names or "" in names or self.mi.enclosing_function(c) is self.mi.tree:
+        script = any(self.mi.enclosing_function(loop) is self.mi.tree for loop in self.mi.train_loops)
+        if not names or "" in names or self.mi.enclosing_function(c) is self.mi.tree and not script:
             return False
         return not any(isinstance(u, (ast.Name, ast.Attribute)) and isinstance(u.ctx, ast.Load) and dotted(u) in names
                        for u in self.mi.nodes)  # fmt: skip

@@ -724,3 +724,54 @@ def test_a_loader_builder_reached_through_a_renamed_function_is_judged_at_the_ca
     (tmp_path / "README.md").write_text("x\n")
     _files(tmp_path, {"utils/__init__.py": "", "utils/dataloaders.py": loaders, "imagenet.py": script})
     assert (11, "HL011") in {(f.line, f.code) for f in lint_paths([tmp_path / "imagenet.py"])}
+
+
+def test_a_loader_nothing_reads_is_not_hl011(tmp_path):
+    """MNAD's `Train.py` builds `test_batch = data.DataLoader(..., num_workers=args.num_workers_test)` at module
+    level and never iterates it (a script that trains at module level is imported by nobody: loaders._never_read);
+    DCdetector keeps `self.vali_loader = get_loader_segment(...)` and never reads it (effects.loader_hits asks the
+    same). Iterated every epoch, both lack `persistent_workers`."""
+    script = """
+    import torch
+    from torch.utils import data
+
+    model = torch.nn.Linear(4, 2).cuda()
+    optimizer = torch.optim.Adam(model.parameters())
+    train_batch = data.DataLoader(list(range(8)), batch_size=4, num_workers=4, pin_memory=True, persistent_workers=True)
+    test_batch = data.DataLoader(list(range(8)), batch_size=1, num_workers=4, pin_memory=True)
+    for epoch in range(10):
+        for x in train_batch:
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+    """
+    assert (8, "HL011") not in found(script)
+    read = script.replace(
+        "        for x in train_batch:", "        for y in test_batch:\n            pass\n        for x in train_batch:"
+    )
+    assert (8, "HL011") in found(read)
+    helper = """
+        import torch
+
+        def get_loader_segment(path, batch_size, mode="train"):
+            return torch.utils.data.DataLoader(list(range(8)), batch_size=batch_size, num_workers=8, pin_memory=True)
+    """
+    solver = """
+        import torch
+        from data_factory import get_loader_segment
+
+        class Solver:
+            def __init__(self, path, model, optimizer):
+                self.model, self.optimizer = model.cuda(), optimizer
+                self.train_loader = get_loader_segment(path, 8, mode="train")
+                self.vali_loader = get_loader_segment(path, 8, mode="val")
+
+            def train(self, epochs):
+                for epoch in range(epochs):
+                    for x in self.train_loader:
+                        self.model(x.cuda(non_blocking=True)).sum().backward()
+                        self.optimizer.step()
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"data_factory.py": helper, "solver.py": solver})
+    hits = {(f.line, f.code) for f in lint_paths([tmp_path / "solver.py"])}
+    assert (8, "HL011") in hits and (9, "HL011") not in hits
