@@ -330,8 +330,11 @@ def quiet_logger(mi: ModuleInfo, c: ast.Call) -> bool:
     """A project meter that keeps what it is given (`keeps_tensors`), or a project logger whose method writes
     only under its own period (dc-tts' `Logger.log_step`: `if step % 1000 == 0: writer.add_image(...)`): the
     call itself reads nothing every step."""
-    if method_name(c) == "update" and keeps_tensors(mi, c):
-        return True
+    if method_name(c) == "update" and keeps_tensors(mi, c) or isinstance(c.func, ast.Name) and any(
+            isinstance(v, ast.Call) and call_name(v).rpartition(".")[2][:1].isupper()
+            and not re.search(r"Logger|Writer|Meter|Tracker|Recorder|Visualizer", call_name(v))
+            for v in assigned_values(c.func.id, mi.nodes)):  # fmt: skip
+        return True  # (or `log = LogReg(hid, n)`, mvgrl's classifier: a module called, not a logger)
     _, helper, fn = _helper_def(Project.of(mi).callee(c))
     calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)] if fn is not None else []
     writes = [

@@ -775,3 +775,40 @@ def test_a_loader_nothing_reads_is_not_hl011(tmp_path):
     _files(tmp_path, {"data_factory.py": helper, "solver.py": solver})
     hits = {(f.line, f.code) for f in lint_paths([tmp_path / "solver.py"])}
     assert (8, "HL011") in hits and (9, "HL011") not in hits
+
+
+def test_a_module_named_log_is_not_a_logger():
+    """mvgrl's node classification: `log = LogReg(hid_units, nb_classes)` (a linear classifier), then
+    `logits = log(train_embs)` every step: a module called, not a logging call formatting a tensor
+    (effects.quiet_logger: a name bound to an instance of a class that is no logger, writer or meter)."""
+    src = """
+    import torch
+    import torch.nn as nn
+
+
+    class LogReg(nn.Module):
+        def __init__(self, ft_in, nb_classes):
+            super(LogReg, self).__init__()
+            self.fc = nn.Linear(ft_in, nb_classes)
+
+        def forward(self, seq):
+            return torch.log_softmax(self.fc(seq), dim=-1)
+
+
+    def train(model, features, labels, idx_train):
+        features = features.cuda()
+        train_embs = model(features).detach()[0, idx_train]
+        xent = nn.CrossEntropyLoss()
+        for _ in range(50):
+            log = LogReg(16, 4)
+            opt = torch.optim.Adam(log.parameters(), lr=1e-2)
+            log.cuda()
+            for _ in range(300):
+                log.train()
+                opt.zero_grad()
+                logits = log(train_embs)
+                loss = xent(logits, labels)
+                loss.backward()
+                opt.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL002"]
