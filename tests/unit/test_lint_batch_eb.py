@@ -812,3 +812,34 @@ def test_a_module_named_log_is_not_a_logger():
                 opt.step()
     """
     assert not [h for h in found(src) if h[1] == "HL002"]
+
+
+def test_a_fixed_name_passed_once_after_the_loop_does_not_make_the_epoch_saves_fixed():
+    """Group-Free-3D: `save_checkpoint(args, epoch, ...)` every `save_freq` epochs writes
+    `f'ckpt_epoch_{epoch}.pth'`, a new file each time, and `save_checkpoint(args, 'last', ..., save_cur=True)`
+    once after the loop: the fixed name the final call passes does not make the training loop's saves
+    in-place (saves._caller_paths counts only callers in a training loop). Passed in the loop, it does."""
+    src = """
+    import os
+    import torch
+
+    def save_checkpoint(args, epoch, model, save_cur=False):
+        state = {"model": model.state_dict(), "epoch": epoch}
+        if save_cur:
+            torch.save(state, os.path.join(args.log_dir, f"ckpt_epoch_{epoch}.pth"))
+        elif epoch % args.save_freq == 0:
+            torch.save(state, os.path.join(args.log_dir, f"ckpt_epoch_{epoch}.pth"))
+
+    def main(args, model, loader, optimizer):
+        for epoch in range(args.epochs):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+            save_checkpoint(args, epoch, model)
+        save_checkpoint(args, "last", model, save_cur=True)
+    """
+    assert not [h for h in found(src) if h[1] == "HL021"]
+    inside = src.replace(
+        "            save_checkpoint(args, epoch, model)", '            save_checkpoint(args, "last", model)'
+    )
+    assert (10, "HL021") in found(inside)
