@@ -9,6 +9,10 @@ tensors on the device leave no such assignment:
   `points_co = torch.cat(...).to(device)`, then `torch.cat(self.click_points, dim=1).to(device)` (`appended`);
 - batches of an iterator built on the device: torchtext's `BucketIterator(train, ..., device=device)` in
   attention-is-all-you-need, whose `batch.src` the loop moves again (`device_iterators`).
+
+And the other way round (`trainer_buffer`): a step counter registered as a buffer of a trainer that is an
+`nn.Module` but is never moved (audiolm's `self.register_buffer('steps', torch.Tensor([0]))`, read with
+`self.steps.item()` every step) lives on the host: reading it syncs nothing.
 """
 
 from __future__ import annotations
@@ -88,3 +92,22 @@ def iterated_batch(mi: Any, name: str, at: ast.AST) -> bool:
             return True
         n = mi.parent.get(n)
     return False
+
+
+TRAINER_CLASS = re.compile(r"(Trainer|Runner|Engine|Solver)$")
+MOVES_SELF = re.compile(r"\bself\.(to|cuda)\(|\bsuper\(\)\.(to|cuda)\(")
+
+
+def trainer_buffer(mi: Any, e: ast.expr) -> bool:
+    """`self.<name>` registered by `self.register_buffer("<name>", <a tensor made without device=>)` in a class
+    named like a trainer whose code never moves `self`."""
+    if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"):
+        return False
+    cls = mi.parent.get(mi.enclosing_function(e))
+    if not isinstance(cls, ast.ClassDef) or not TRAINER_CLASS.search(cls.name):
+        return False
+    made = [c.args[1] for c in ast.walk(cls) if isinstance(c, ast.Call) and method_name(c) == "register_buffer"
+            and len(c.args) > 1 and isinstance(c.args[0], ast.Constant) and c.args[0].value == e.attr]  # fmt: skip
+    return bool(made) and all(isinstance(v, ast.Call) and dotted(v.func).startswith("torch.")
+                              and not any(k.arg == "device" for k in v.keywords) for v in made) and not (
+        MOVES_SELF.search(ast.unparse(cls)))  # fmt: skip

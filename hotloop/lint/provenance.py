@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from hotloop.lint.analysis import MOVER_FN, ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
 from hotloop.lint.forks import comp_binding
-from hotloop.lint.moved import appended, device_iterators, iterated_batch, moved_whole_before
+from hotloop.lint.moved import appended, device_iterators, iterated_batch, moved_whole_before, trainer_buffer
 from hotloop.lint.structure import kw as _kw
 from hotloop.lint.structure import src as _src
 from hotloop.lint.syntax import binding_before, passed_for
@@ -151,8 +151,8 @@ class HostProvenance:
                     elif e.id in target_names(t):
                         values.append(n.value)
             return bool(values) and all(self._host(v, depth + 1) for v in values)
-        if isinstance(e, (ast.Subscript, ast.Attribute)):
-            return self._host(e.value, depth + 1)
+        if isinstance(e, (ast.Subscript, ast.Attribute)):  # (or a never-moved trainer's buffer: audiolm's `steps`)
+            return trainer_buffer(self.mi, e) or self._host(e.value, depth + 1)
         if isinstance(e, (ast.Compare, ast.BinOp, ast.UnaryOp, ast.BoolOp)):
             parts = [x for x in ast.iter_child_nodes(e) if isinstance(x, ast.expr)]
             parts = [x for x in parts if self.kind(x) != "scalar"]

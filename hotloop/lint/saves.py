@@ -200,7 +200,7 @@ class SaveChecks:
                 if arg is None or p not in names:
                     continue
                 if (_fixed_file_arg(arg) and own and not formats_a_counter(re.sub(rf"\b{p}\b", "", own))
-                        and self.mi.in_training_loop(call)):  # (Group-Free-3D's `'last'`, once after it: no)
+                        and self.mi.in_training_loop(call)):  # fmt: skip  # (Group-Free-3D's final `'last'`: no)
                     return None  # (also DeepPhonemizer's `path=self.checkpoint_dir / 'latest_model.pt'`)
                 text += " " + ast.unparse(arg)
                 used = {x.id for x in ast.walk(arg) if isinstance(x, ast.Name)}

@@ -843,3 +843,41 @@ def test_a_fixed_name_passed_once_after_the_loop_does_not_make_the_epoch_saves_f
         "            save_checkpoint(args, epoch, model)", '            save_checkpoint(args, "last", model)'
     )
     assert (10, "HL021") in found(inside)
+
+
+def test_a_step_buffer_of_a_trainer_never_moved_is_a_host_tensor():
+    """audiolm-pytorch's `SoundStreamTrainer(nn.Module)`: `self.register_buffer('steps', torch.Tensor([0]))`, and
+    the trainer itself is never moved (Accelerate prepares the models), so `self.steps.item()` every step and
+    `while self.steps < self.num_train_steps` read a CPU tensor: no device sync (moved.trainer_buffer). A model's
+    buffer, or a trainer that moves itself with `self.to(device)`, is still read from the device."""
+    src = """
+    import torch
+    from torch import nn
+
+    class SoundStreamTrainer(nn.Module):
+        def __init__(self, model, optimizer, loader, num_train_steps):
+            super().__init__()
+            self.model, self.optim, self.dl = model.cuda(), optimizer, loader
+            self.num_train_steps = num_train_steps
+            self.register_buffer("steps", torch.Tensor([0]))
+
+        def load(self, path):  # (a resume the README never runs)
+            self.steps = torch.tensor([int(path) + 1], device="cuda")
+
+        def train_step(self):
+            steps = int(self.steps.item())
+            loss = self.model(next(self.dl).cuda(non_blocking=True)).mean()
+            loss.backward()
+            self.optim.step()
+            self.steps += 1
+            return steps
+
+        def train(self):
+            while self.steps < self.num_train_steps:
+                self.train_step()
+    """
+    assert not [h for h in found(src) if h[1] in ("HL001", "HL005")]
+    moved = src.replace(
+        "self.num_train_steps = num_train_steps", "self.num_train_steps = num_train_steps\n            self.to('cuda')"
+    )
+    assert (25, "HL005") in found(moved)
