@@ -274,9 +274,9 @@ def remote_steps(mi: ModuleInfo, epochs: bool = False) -> list[ast.Call]:
         # (a plain name: only an instance of a project class, `maml(x_spt, ...)` running `Meta.forward`)
         instance = isinstance(c.func, ast.Name) and c.func.id in Project.of(mi)._instances()
         made = not epochs and isinstance(c.func, ast.Name) and _made_step(mi, c.func)
-        # (or, in a loop, a project function imported by name: PairNorm's `from utils import train`, one full-batch
-        # step an epoch)
-        named = isinstance(c.func, ast.Name) and mi.enclosing_loop(c) is not None
+        # (a project function by name too: in a loop (PairNorm's `train`), or given an optimizer (`update_params`))
+        named = isinstance(c.func, ast.Name) and (mi.enclosing_loop(c) is not None or any(
+            re.search(r"optim", dotted(a), re.I) for a in c.args))  # fmt: skip
         if not (epochs or isinstance(c.func, ast.Attribute) or instance or made or named):
             continue
         loop = mi.enclosing_loop(c)

@@ -881,3 +881,33 @@ def test_a_step_buffer_of_a_trainer_never_moved_is_a_host_tensor():
         "self.num_train_steps = num_train_steps", "self.num_train_steps = num_train_steps\n            self.to('cuda')"
     )
     assert (25, "HL005") in found(moved)
+
+
+def test_a_method_handing_an_optimizer_to_an_imported_step_helper_is_a_step(tmp_path):
+    """ku2482's (toshikwa's) soft-actor-critic: `learn()` calls `update_params(self.q1_optim, self.critic.Q1,
+    q1_loss, self.grad_clip)` from `utils.py`, which zeroes, backpropagates and steps; `learn()` has no loop
+    and is called from the episode's `while not done:`. A plain-name project call handed an optimizer takes
+    the step (imports.remote_steps), so `learn()` is hot and its `.item()` is read every update. A plain-name
+    helper given no optimizer (hotloop's own `memory_check(self, source)`) makes nothing hot."""
+    utils = """
+        def update_params(optim, network, loss, grad_clip=None):
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+    """
+    agent = """
+        import torch
+        from utils import update_params
+
+        class SacAgent:
+            def __init__(self, critic, q1_optim):
+                self.critic, self.q1_optim = critic.cuda(), q1_optim
+
+            def learn(self, batch):
+                q1_loss = self.critic(batch).mean()
+                update_params(self.q1_optim, self.critic, q1_loss)
+                return q1_loss.detach().item()
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"utils.py": utils, "agent.py": agent})
+    assert (12, "HL001") in {(f.line, f.code) for f in lint_paths([tmp_path / "agent.py"])}
