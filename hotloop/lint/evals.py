@@ -45,11 +45,15 @@ NOT_FORWARD = {"eval", "train", "parameters", "named_parameters", "state_dict", 
                "cpu", "zero_grad", "modules", "named_modules", "children", "apply", "half", "float"}  # fmt: skip
 
 
-def _model_method(c: ast.Call) -> bool:
+ACCESSOR = re.compile(r"_|(get|set|reset|load|save|register|init|num|count)_")  # (flow_matching's `get_nfe()`)
+
+
+def _model_method(c: ast.Call, parent: dict[ast.AST, ast.AST]) -> bool:
     """`model.rating(u_emb, i_emb)` in MixGCF's `test`: a method of the model that computes with it."""
-    f = c.func
-    return (isinstance(f, ast.Attribute) and f.attr not in NOT_FORWARD and not f.attr.startswith("_")
-            and bool(FORWARD_CALL.search(dotted(f.value).rpartition(".")[2] or "-")))  # fmt: skip
+    f = c.func  # (its result used: not flow_matching's `cfg_scaled_model.reset_nfe_counter()` statement)
+    return (isinstance(f, ast.Attribute) and f.attr not in NOT_FORWARD and not ACCESSOR.match(f.attr)
+            and bool(FORWARD_CALL.search(dotted(f.value).rpartition(".")[2] or "-"))
+            and not isinstance(parent.get(c), ast.Expr))  # fmt: skip
 
 
 def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
@@ -74,12 +78,14 @@ def eval_hits(mi: ModuleInfo) -> list[tuple[str, ast.Call, str]]:
         source = ast.unparse(fn) + "".join(ast.unparse(f) for n in body if isinstance(n, ast.Call)
                                            for f in helper.targets_of(n))  # fmt: skip
         loops = [n for n in body if isinstance(n, (ast.For, ast.While))]
-        # (a full-batch evaluation runs its one forward outside any loop: PairNorm's `val(net, criterion, data)`)
-        inside = [n for loop in loops for n in walk_local(loop)] if loops else body
+        # (a full-batch evaluation function runs its one forward outside any loop: PairNorm's `val(net, criterion,
+        # data)`; not a method such as SAC's `actor.evaluate(state)` or SB3's `policy.evaluate_actions(...)`, which
+        # compute the training loss's log-probabilities and need their gradients)
+        inside = [n for loop in loops for n in walk_local(loop)] if loops else body if "." not in name else []
         calls = [n for n in inside if isinstance(n, ast.Call)]
         evaled = {dotted(n.func.value) for n in body if isinstance(n, ast.Call) and method_name(n) == "eval"}
         forwards = [n for n in calls if FORWARD_CALL.search(call_name(n).rpartition(".")[2] or "-")
-                    or call_name(n) in evaled or _model_method(n)]  # fmt: skip  # (`net_g.eval()` ... `net_g(data)`)
+                    or call_name(n) in evaled or _model_method(n, helper.parent)]  # fmt: skip  # (`net_g.eval()` ...)
         forward = min(forwards, key=lambda n: n.lineno, default=None)
         if forward is None or GRAD_OFF.search(source):
             continue

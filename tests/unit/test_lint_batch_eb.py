@@ -911,3 +911,43 @@ def test_a_method_handing_an_optimizer_to_an_imported_step_helper_is_a_step(tmp_
     (tmp_path / "README.md").write_text("x\n")
     _files(tmp_path, {"utils.py": utils, "agent.py": agent})
     assert (12, "HL001") in {(f.line, f.code) for f in lint_paths([tmp_path / "agent.py"])}
+
+
+def test_a_policy_evaluate_method_in_the_training_step_is_not_an_evaluation(tmp_path):
+    """SAC's `self.actor_local.evaluate(states)` (a reparameterised sample for the actor loss) and SB3's
+    `self.policy.evaluate_actions(obs, actions)` run inside the update and need their gradients: a method with
+    no loop of its own is no evaluation pass (evals.eval_hits takes the loop-less case only for functions)."""
+    networks = """
+        import torch
+
+        class Actor(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mu = torch.nn.Linear(4, 2)
+
+            def forward(self, state):
+                return self.mu(state)
+
+            def evaluate(self, state):
+                mu = self.forward(state)
+                return mu + torch.randn_like(mu)
+    """
+    agent = """
+        import torch
+        from networks import Actor
+
+        class Agent:
+            def __init__(self):
+                self.actor_local = Actor().cuda()
+                self.actor_optimizer = torch.optim.Adam(self.actor_local.parameters())
+
+            def learn(self, states):
+                actions_pred = self.actor_local.evaluate(states)
+                actor_loss = actions_pred.pow(2).mean()
+                self.actor_optimizer.zero_grad()
+                actor_loss.backward()
+                self.actor_optimizer.step()
+    """
+    (tmp_path / "README.md").write_text("x\n")
+    _files(tmp_path, {"networks.py": networks, "agent.py": agent})
+    assert "HL018" not in {f.code for f in lint_paths([tmp_path / "agent.py"])}
