@@ -47,7 +47,7 @@ from hotloop.lint.syntax import (
     reduced,
     under_no_grad,
 )
-from hotloop.lint.totals import meter_totals, running_totals
+from hotloop.lint.totals import meter_totals, rollout_list, running_totals
 
 VALUE_NAME = re.compile(r"(loss|losses|logits|outputs?|preds?)$", re.I)  # a network's value (MMGCN's `model_loss`)
 SAVES = ("save_on_master", "accelerator.save")  # `torch.save` under another name (DETR's utils, Accelerate)
@@ -385,15 +385,15 @@ class Checker(StructureChecks, EvalChecks, ScheduleChecks, LoaderChecks, SaveChe
         return Edit(c.lineno, c.func.end_col_offset or 0, c.end_lineno or c.lineno, c.end_col_offset or 0, "()")
 
     def _per_step_list(self, c: ast.Call) -> bool:
-        """The list appended to is made anew inside the step (KGReasoning's `all_center_embeddings = []` in a
-        forward, concatenated into that step's loss): dropped with the step, so no graph outlives it."""
+        """The list is made anew inside the step (KGReasoning's `all_center_embeddings = []`): no graph outlives it."""
         lst, fn = c.func.value, self.mi.enclosing_function(c)  # type: ignore[attr-defined]
         pairs = [(t, n.value) for n in walk_local(fn) if isinstance(n, ast.Assign) for t in n.targets]
         pairs += [p for t, v in pairs if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple)
                   and len(t.elts) == len(v.elts) for p in zip(t.elts, v.elts, strict=True)]  # fmt: skip
         made = [v for t, v in pairs if isinstance(v, (ast.List, ast.ListComp)) and dotted(t) == dotted(lst) != ""]
         loops = [x for x in self.mi.enclosing_loops(c) if x in self.mi.hot_loops]
-        return bool(made) and all(not loops or n in set(ast.walk(loops[0])) for n in made)
+        inside = all(not loops or n in set(ast.walk(loops[0])) for n in made)  # (or one update's rollout: A3C)
+        return bool(made) and (inside or rollout_list(self.mi, c, made))
 
     def _defined_in_loop(self, arg: ast.expr, at: ast.AST) -> bool:
         if isinstance(arg, ast.Lambda):

@@ -112,3 +112,18 @@ def _terms(e: ast.expr) -> list[ast.expr]:
     if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Mult, ast.Div)):
         return [x for x in (e.left, e.right) if not isinstance(x, ast.Constant)][:1]
     return [e]
+
+
+def rollout_list(mi: ModuleInfo, c: ast.Call, made: list[ast.expr]) -> bool:
+    """An A3C/REINFORCE rollout: the list is made anew in an outer loop (one update), filled every environment step
+    by the inner loop around `c`, and that outer loop backpropagates after the inner one (Street-fighter-A3C-ICM's
+    `inv_losses.append(inv_loss)`, summed into `total_loss.backward()` once per update): the graphs it keeps are
+    that update's loss, dropped with the list."""
+    loops = list(mi.enclosing_loops(c))
+    for outer in loops[1:]:
+        inner = set(ast.walk(loops[0]))
+        body = set(ast.walk(outer))
+        if all(n in body for n in made) and any(isinstance(b, ast.Call) and method_name(b) == "backward"
+                                                and b not in inner for b in body):  # fmt: skip
+            return True
+    return False

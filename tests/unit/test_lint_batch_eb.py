@@ -951,3 +951,44 @@ def test_a_policy_evaluate_method_in_the_training_step_is_not_an_evaluation(tmp_
     (tmp_path / "README.md").write_text("x\n")
     _files(tmp_path, {"networks.py": networks, "agent.py": agent})
     assert "HL018" not in {f.code for f in lint_paths([tmp_path / "agent.py"])}
+
+
+def test_a_rollout_list_backpropagated_by_its_update_is_not_hl019():
+    """Street-fighter-A3C-ICM: `inv_losses = []` at the top of each update, `inv_losses.append(inv_loss)` every
+    environment step, then the list is summed into `total_loss.backward()` after the rollout: the graphs live for
+    one update (totals.rollout_list). A list kept across an epoch of steps that each backpropagate on their own is
+    still HL019."""
+    src = """
+    import torch
+
+    def train(model, optimizer, env, num_local_steps, updates):
+        model.cuda()
+        for update in range(updates):
+            inv_losses = []
+            state = env.reset()
+            for _ in range(num_local_steps):
+                logits, inv_loss = model(state.cuda(non_blocking=True))
+                state = env.step(logits.argmax().item())
+                inv_losses.append(inv_loss)
+            total_loss = sum(inv_losses)
+            optimizer.zero_grad()
+            total_loss.backward()
+            optimizer.step()
+    """
+    assert not [h for h in found(src) if h[1] == "HL019"]
+    epoch = """
+    import torch
+
+    def train(model, optimizer, loader, epochs):
+        model.cuda()
+        for epoch in range(epochs):
+            epoch_losses = []
+            for x in loader:
+                loss = model(x.cuda(non_blocking=True)).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                epoch_losses.append(loss)
+            print(sum(epoch_losses) / len(epoch_losses))
+    """
+    assert (13, "HL019") in found(epoch)
