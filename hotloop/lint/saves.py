@@ -57,6 +57,9 @@ def _fixed_file(v: ast.expr) -> bool:
     return isinstance(v, ast.Constant) and isinstance(v.value, str) and bool(re.search(r"\.\w+$", v.value))
 
 
+BACKUPS = {"shutil.copy", "shutil.copy2", "shutil.copyfile", "shutil.move", "os.rename", "os.replace"}
+
+
 def _fixed_file_arg(v: ast.expr) -> bool:
     """A name with nothing in it that varies: `"latest"`, `ckpt_dir / 'latest_model.pt'`, `f'best_model.pt'`."""
     consts = [c.value for c in ast.walk(v) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
@@ -183,7 +186,10 @@ class SaveChecks:
         return any(
             isinstance(n, ast.Call) and call_name(n).split(".")[-1] in ("replace", "rename") and "os" in call_name(n)
             for n in walk_local(fn)
-        )
+        ) or any(  # (or the last good file copied aside first: transformer-lm's `shutil.copy(path, ...-prev...)`)
+            isinstance(n, ast.Call) and n.lineno < c.lineno and call_name(n) in BACKUPS and len(n.args) > 1
+            and re.search(r"prev|bak|backup|old", ast.unparse(n.args[1]), re.I) for n in walk_local(fn)
+        )  # fmt: skip
 
     def _caller_paths(self, fn: ast.AST, names: list[str], own: str = "") -> str | None:
         """The text of what same-file callers pass for the parameters in `names` (and how they built it); None

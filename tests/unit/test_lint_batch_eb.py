@@ -992,3 +992,30 @@ def test_a_rollout_list_backpropagated_by_its_update_is_not_hl019():
             print(sum(epoch_losses) / len(epoch_losses))
     """
     assert (13, "HL019") in found(epoch)
+
+
+def test_a_save_after_copying_the_last_good_file_aside_is_not_hl021():
+    """transformer-lm's `save()`: `shutil.copy(path, run_path / f'{path.stem}-prev{path.suffix}')` for the model and
+    optimizer files, then `torch.save(..., model_path)`: a crash mid-write leaves the previous checkpoint beside it
+    (saves._replaced_atomically). Without the copy it is HL021."""
+    src = """
+    import shutil
+    import torch
+
+    def train(model, optimizer, loader, run_path, epochs):
+        model_path = run_path / "model.pt"
+
+        def save():
+            if model_path.exists():
+                shutil.copy(model_path, run_path / f"{model_path.stem}-prev{model_path.suffix}")
+            torch.save({"state_dict": model.state_dict()}, model_path)
+
+        for epoch in range(epochs):
+            for x in loader:
+                model(x.cuda(non_blocking=True)).sum().backward()
+                optimizer.step()
+            save()
+    """
+    assert not [h for h in found(src) if h[1] == "HL021"]
+    bare = src.replace("            if model_path.exists():\n", "            if False:\n")
+    assert (11, "HL021") in found(bare.replace("shutil.copy(", "print("))
