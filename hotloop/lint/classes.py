@@ -67,9 +67,9 @@ CUDA = re.compile(r"\.cuda\(|[\"']cuda(:[^\"']*)?[\"']|cuda\.is_available\(")  #
 
 
 def project_on_device(file: Path) -> bool:
-    """Some file of the project (the marked root above `file`, at most four levels up) moves tensors to a GPU: a
-    trainer module that never says `cuda` itself (decision-transformer's `SequenceTrainer`, handed its batches
-    by `experiment.py`) still runs its steps on the device."""
+    """Some file of the project (`_root`: the marked root above `file`, or where its imports resolve) moves tensors
+    to a GPU: a trainer module that never says `cuda` itself (decision-transformer's `SequenceTrainer`, handed its
+    batches by `experiment.py`) still runs its steps on the device."""
     root = _root(file)
     if root not in _ON_DEVICE:
         _ON_DEVICE[root] = any(CUDA.search(text) for _, text in _files(root))
@@ -104,7 +104,7 @@ def _unmarked_root(file: Path, ups: list[Path]) -> Path:
                or h not in dotted_heads and (file.parent / f"{h}.py").is_file()}  # fmt: skip
         found = [d for d in ups[1:3] for h in heads - own
                  if (d / h / "__init__.py").is_file() or h not in dotted_heads and (d / f"{h}.py").is_file()
-                 or (d / h).is_dir() and next((d / h).rglob("*.py"), None) is not None
+                 or (d / h).is_dir() and any(next((d / h).glob(g), None) is not None for g in ("*.py", "*/*.py"))
                  and next(d.glob("*.py"), None) is not None]  # fmt: skip
         _UNMARKED[file] = min(found, key=lambda d: len(d.parts)) if found else file.parent
     return _UNMARKED[file]
@@ -126,7 +126,8 @@ _NAMED: dict[Path, dict[str, list[Path]]] = {}
 def unique_module(file: Path, module: str) -> Path | None:
     """The one `<module>.py` in the project (or `<module>/__init__.py`), for a bare import that works only with the
     project's folders on `sys.path` (Speech-Transformer's `from loss import ...` of `src/transformer/loss.py`,
-    set by its run script). Two files of that name: no guess. Only within a marked project root."""
+    set by its run script). Two files of that name: no guess. Only within a project root above the file's folder
+    (marked, or where its own imports resolve: `_unmarked_root`)."""
     root = _root(file)
     if root == file.parent and not any((root / m).exists() for m in ROOT_MARKERS):
         return None

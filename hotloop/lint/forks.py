@@ -116,7 +116,7 @@ def inner_kind(
 
 
 # isinstance types whose elements may be tensors (also typing's `Tuple`, `List`, `Dict`: flair's trainer)
-CONTAINERS = re.compile(r"[Ll]ist|[Tt]uple|Sequence|[Dd]ict|Mapping|Iterable")
+CONTAINERS = re.compile(r"[Ll]ist|[Tt]uple|Sequence|[Dd]ict|Mapping")
 
 
 def narrowed(parent: dict[ast.AST, ast.AST], e: ast.Name) -> str | None:

@@ -9,6 +9,7 @@ import ast
 import re
 
 from hotloop.lint.analysis import ModuleInfo, assigned_values, dotted, method_name, target_names, walk_local
+from hotloop.lint.moved import fills
 from hotloop.lint.provenance import unbound_before
 from hotloop.lint.structure import src
 from hotloop.lint.syntax import binding_before, data0
@@ -304,8 +305,7 @@ class IndexChecks:
         if isinstance(e, ast.Attribute) and dotted(e).startswith("self.") and dotted(e).count(".") == 1:
             # TF-C's `NTXentLoss`: `self.mask_samples_from_same_repr = self._get_correlated_mask().type(torch.bool)`
             # in `__init__`, `similarity_matrix[self.mask_samples_from_same_repr]` in `forward`
-            made = [n.value for n in self.mi.nodes if isinstance(n, ast.Assign)
-                    and any(dotted(t) == dotted(e) for t in n.targets)]  # fmt: skip
+            made = fills(self.mi).get(dotted(e), [])  # (what the module assigns to it, found once: moved.fills)
             return bool(made) and all(isinstance(v, ast.Call) and _bool_made(v) for v in made)
         if isinstance(e, ast.Call) and method_name(e) in RESHAPES and isinstance(e.func, ast.Attribute):
             return self._is_mask(e.func.value, node)  # `epe.view(-1)[valid.view(-1)]` (RAFT's sequence_loss)

@@ -1,6 +1,6 @@
 """Tensors already on the device that an expression alone does not show: a `.to(device)` of them copies nothing.
 
-`provenance.ProvenanceChecks.on_device` follows a name to the value assigned to it. Three ways research code puts
+`provenance.HostProvenance.on_device` follows a name to the value assigned to it. Three ways research code puts
 tensors on the device leave no such assignment:
 
 - a whole container moved in place before the use: NeRF++'s `for key in ray_batch: ray_batch[key] =
@@ -28,11 +28,11 @@ ITERATOR = re.compile(r"(Bucket)?Iterator$")  # torchtext's (legacy) iterators t
 
 
 def moved_whole_before(mi: Any, name: str, at: ast.AST) -> bool:
-    """Every entry of the container `name` was moved to the device by a statement before `at` in its blocks (a
-    loop over its keys storing `.to(...)`/`.cuda()` of each entry back, or a mover helper handed it), and `name` was
-    not bound again in between."""
+    """Every entry of the container `name` was moved to the device by a statement before `at` in its blocks, up to
+    and including its function's body (a loop over its keys storing `.to(...)`/`.cuda()` of each entry back, or a
+    mover helper handed it), and `name` was not bound again in between (nor is it a loop's target there)."""
     child, n = at, mi.parent.get(at)
-    while n is not None and not isinstance(n, (ast.Module, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+    while n is not None and not isinstance(n, (ast.Module, ast.Lambda)):
         block = next((b for b in (getattr(n, "body", None), getattr(n, "orelse", None))
                       if isinstance(b, list) and child in b), None)  # fmt: skip
         for s in reversed(block[: block.index(child)] if block else []):
@@ -44,6 +44,10 @@ def moved_whole_before(mi: Any, name: str, at: ast.AST) -> bool:
                 return True
             if any(isinstance(x, ast.Name) and x.id == name and isinstance(x.ctx, ast.Store) for x in ast.walk(s)):
                 return False
+        if isinstance(n, (ast.For, ast.AsyncFor)) and child is not n.iter and name in target_names(n.target):
+            return False  # `for b in loader:` binds it anew every pass (a move above it in its body counts)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            break
         child, n = n, mi.parent.get(n)
     return False
 
@@ -52,23 +56,39 @@ def _moves_entries(loop: ast.For, name: str) -> bool:
     """`for key in batch:` (or `batch.keys()`, `batch.items()`) whose body stores `batch[key].to(...)` back."""
     it = loop.iter.func.value if isinstance(loop.iter, ast.Call) and method_name(loop.iter) in ("keys", "items") \
         else loop.iter  # fmt: skip
+    keys = target_names(loop.target.elts[0] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target)
     if dotted(it) != name:  # type: ignore[arg-type]
         return False
     return any(isinstance(a, ast.Assign) and any(isinstance(t, ast.Subscript) and dotted(t.value) == name
-                                                 for t in a.targets)
+                                                 and dotted(t.slice) in keys for t in a.targets)
                and any(isinstance(c, ast.Call) and method_name(c) in ("to", "cuda") for c in ast.walk(a.value))
                for a in ast.walk(loop))  # fmt: skip
 
 
 def appended(mi: Any, e: ast.expr, on_device: Callable[[ast.expr, ast.AST], bool]) -> bool:
     """The list `e` (a name or `self.x`) is filled only by `.append(v)` calls of this module with `v` on the
-    device where it is appended: `torch.cat(e)` of it is on the device too."""
+    device where it is appended (made empty, never extended or added to another way): `torch.cat(e)` of it is on
+    the device too."""
     key = dotted(e)
-    if not key:
-        return False
-    adds = [c for c in mi.nodes if isinstance(c, ast.Call) and method_name(c) == "append" and c.args
-            and dotted(c.func.value) == key]  # fmt: skip
-    return bool(adds) and all(on_device(c.args[0], c) for c in adds)
+    made = fills(mi).get(key, []) if key else []
+    return bool(made) and all(method_name(c) == "append" and c.args and on_device(c.args[0], c)
+                              for c in made if isinstance(c, ast.Call)) and all(
+        isinstance(c, ast.Call) or isinstance(c, ast.List) and not c.elts for c in made)  # fmt: skip
+
+
+def fills(mi: Any) -> dict[str, list[ast.AST]]:
+    """Container -> what fills it in this module: its `append`/`extend`/`insert` calls, and the values assigned to it
+    (`x = []`) or added to it (`x += [...]`), found once."""
+    if "_fills" not in mi.__dict__:
+        out: dict[str, list[ast.AST]] = {}
+        for n in mi.nodes:
+            if isinstance(n, ast.Call) and method_name(n) in ("append", "extend", "insert"):
+                out.setdefault(dotted(n.func.value), []).append(n)  # type: ignore[attr-defined]
+            elif isinstance(n, (ast.Assign, ast.AugAssign)):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    out.setdefault(dotted(t), []).append(n.value if isinstance(n, ast.Assign) else n)
+        mi.__dict__["_fills"] = out
+    return mi.__dict__["_fills"]  # type: ignore[no-any-return]
 
 
 def device_iterators(mi: Any) -> bool:
@@ -99,15 +119,25 @@ MOVES_SELF = re.compile(r"\bself\.(to|cuda)\(|\bsuper\(\)\.(to|cuda)\(")
 
 
 def trainer_buffer(mi: Any, e: ast.expr) -> bool:
-    """`self.<name>` registered by `self.register_buffer("<name>", <a tensor made without device=>)` in a class
-    named like a trainer whose code never moves `self`."""
+    """`self.<name>` registered by `self.register_buffer("<name>", <a tensor made without device=>)` in an
+    `nn.Module` named like a trainer whose code never moves `self`."""
     if not (isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self"):
         return False
     cls = mi.parent.get(mi.enclosing_function(e))
     if not isinstance(cls, ast.ClassDef) or not TRAINER_CLASS.search(cls.name):
         return False
-    made = [c.args[1] for c in ast.walk(cls) if isinstance(c, ast.Call) and method_name(c) == "register_buffer"
-            and len(c.args) > 1 and isinstance(c.args[0], ast.Constant) and c.args[0].value == e.attr]  # fmt: skip
-    return bool(made) and all(isinstance(v, ast.Call) and dotted(v.func).startswith("torch.")
-                              and not any(k.arg == "device" for k in v.keywords) for v in made) and not (
-        MOVES_SELF.search(ast.unparse(cls)))  # fmt: skip
+    memo = mi.__dict__.setdefault("_trainer_buffers", {})
+    if cls not in memo:  # (the class's host buffers, found once)
+        host: set[str] = set()
+        module = any(dotted(b).rpartition(".")[2] == "Module" for b in cls.bases)
+        if module and not MOVES_SELF.search(ast.get_source_segment(mi.source, cls) or ""):
+            made: dict[str, list[ast.expr]] = {}
+            for c in ast.walk(cls):
+                if (isinstance(c, ast.Call) and method_name(c) == "register_buffer" and len(c.args) > 1
+                        and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)):  # fmt: skip
+                    made.setdefault(c.args[0].value, []).append(c.args[1])
+            host = {k for k, vs in made.items() if all(isinstance(v, ast.Call) and dotted(v.func).startswith("torch.")
+                                                       and not any(w.arg == "device" for w in v.keywords)
+                                                       for v in vs)}  # fmt: skip
+        memo[cls] = host
+    return e.attr in memo[cls]

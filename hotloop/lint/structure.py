@@ -305,7 +305,7 @@ class StructureChecks:
         through a loader or an object's attribute, not a script's own `train_sampler`)."""
         from hotloop.lint.classes import project_files
 
-        here = Path(self.mi.path) if self.mi.path and not self.mi.path.startswith("<") else None
+        here = Path(self.mi.path).resolve() if self.mi.path and not self.mi.path.startswith("<") else None
         others = [text for f, text in project_files(here) if f.resolve() != here.resolve()] if here else []
         return any(TRAINER_SETS.search(text) for text in others)
 

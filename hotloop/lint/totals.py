@@ -120,10 +120,10 @@ def rollout_list(mi: ModuleInfo, c: ast.Call, made: list[ast.expr]) -> bool:
     `inv_losses.append(inv_loss)`, summed into `total_loss.backward()` once per update): the graphs it keeps are
     that update's loss, dropped with the list."""
     loops = list(mi.enclosing_loops(c))
+    end = (loops[0].end_lineno or loops[0].lineno) if loops else 0
     for outer in loops[1:]:
-        inner = set(ast.walk(loops[0]))
         body = set(ast.walk(outer))
         if all(n in body for n in made) and any(isinstance(b, ast.Call) and method_name(b) == "backward"
-                                                and b not in inner for b in body):  # fmt: skip
+                                                and b.lineno > end for b in body):  # fmt: skip
             return True
     return False

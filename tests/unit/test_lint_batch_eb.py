@@ -1019,3 +1019,34 @@ def test_a_save_after_copying_the_last_good_file_aside_is_not_hl021():
     assert not [h for h in found(src) if h[1] == "HL021"]
     bare = src.replace("            if model_path.exists():\n", "            if False:\n")
     assert (11, "HL021") in found(bare.replace("shutil.copy(", "print("))
+
+
+def test_a_whole_move_counts_at_the_top_of_the_function_and_not_across_a_loop_rebinding():
+    """moved.moved_whole_before scans the blocks around the read up to its function's own body (a helper that moves
+    its batch first thing), and a `for b in loader:` between the move and the read binds `b` anew: that batch was
+    not moved."""
+    src = """
+    import torch
+
+    def move_dict_to_device(d, device):
+        for k in d:
+            d[k] = d[k].to(device, non_blocking=True)
+
+    def step(model, optimizer, batch, device):
+        move_dict_to_device(batch, device)
+        x = batch["x"].to(device)
+        loss = model(x).mean()
+        loss.backward()
+        optimizer.step()
+
+    def train(model, optimizer, loader, device):
+        model.cuda()
+        b = next(iter(loader))
+        move_dict_to_device(b, device)
+        for b in loader:
+            y = b["x"].to(device)
+            model(y).mean().backward()
+            optimizer.step()
+    """
+    hits = [h for h in found(src) if h[1] == "HL012"]
+    assert (10, "HL012") not in hits and (20, "HL012") in hits
