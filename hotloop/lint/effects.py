@@ -31,6 +31,7 @@ from hotloop.lint.imports import Project, defining, find_def, instance_target, l
 from hotloop.lint.kinds import MODEL_NAME
 from hotloop.lint.loaders import loaders_built
 from hotloop.lint.modes import Mode, mode_of, passes_other
+from hotloop.lint.moved import fills
 from hotloop.lint.saves import ancestors, path_params, then_leaves, varying_args
 from hotloop.lint.syntax import binding_before, data0, empty_copy, param_defaults
 
@@ -333,7 +334,7 @@ def quiet_logger(mi: ModuleInfo, c: ast.Call) -> bool:
     if method_name(c) == "update" and keeps_tensors(mi, c) or isinstance(c.func, ast.Name) and any(
             isinstance(v, ast.Call) and call_name(v).rpartition(".")[2][:1].isupper()
             and not re.search(r"Logger|Writer|Meter|Tracker|Recorder|Visualizer", call_name(v))
-            for v in assigned_values(c.func.id, mi.nodes)):  # fmt: skip
+            for v in fills(mi).get(c.func.id, [])):  # fmt: skip
         return True  # (or `log = LogReg(hid, n)`, mvgrl's classifier: a module called, not a logger)
     _, helper, fn = _helper_def(Project.of(mi).callee(c))
     calls = [n for n in walk_local(fn) if isinstance(n, ast.Call)] if fn is not None else []
@@ -452,8 +453,7 @@ def cross_file_hits(mi: ModuleInfo, seen: set[tuple[int, str]]) -> list[tuple[st
 
 def hot_call_hits(mi: ModuleInfo, project: Project, seen: set[tuple[int, str]], depth: int = DEPTH,
                   within: set[ast.AST] | None = None) -> list[tuple[str, ast.Call, str]]:  # fmt: skip
-    """(code, call, message) for each hot call (in `within`, when given) whose helper in another project
-    file reads on the host."""
+    """(code, call, message) for each hot call (in `within`, if given) whose other-file helper reads on the host."""
     out = []
     for c in mi.nodes:
         if not isinstance(c, ast.Call) or not mi.in_hot(c) or mi.has_sync_marker(c.lineno):

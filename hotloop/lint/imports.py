@@ -18,6 +18,7 @@ from pathlib import Path
 from hotloop.lint.analysis import ModuleInfo, assigned_values, call_name, constructed, is_step_call, walk_local
 from hotloop.lint.callsites import NOT_OBJECT, typed_receiver
 from hotloop.lint.classes import guess, in_folder, project_root, unique_module
+from hotloop.lint.moved import fills
 from hotloop.lint.syntax import dotted, method_of, parse_source, passed_for
 
 # Reads that need no kind guess about the helper's attributes: explicit reads, copies to the host,
@@ -167,7 +168,8 @@ class Project:
         head, _, rest = name.partition(".")
         if not rest and head in self.names:
             return self.names[head]
-        if not rest and (alias := next((v for v in self._renamed().get(head, []) if v in self.names), None)):
+        if not rest and (alias := next((v.id for v in fills(self.mi).get(head, []) if isinstance(v, ast.Name)
+                                        and v.id in self.names), None)):  # fmt: skip
             return self.names[alias]  # `get_train_loader = get_pytorch_train_loader` (the first backend: the default)
         if rest and "." not in rest and head in self.modules:
             return self.modules[head], rest
@@ -205,14 +207,6 @@ class Project:
             if other is not None and find_def(other.tree, f"{target[1]}.{meth}") is not None:  # type: ignore[index]
                 return target[0], f"{target[1]}.{meth}"  # type: ignore[index]
         return None
-
-    def _renamed(self) -> dict[str, list[str]]:
-        """Local name -> the names assigned to it (`f = g`), in source order, found once."""
-        if not hasattr(self, "_renames"):
-            pairs = [(n.targets[0].id, n.value.id) for n in self.mi.nodes if isinstance(n, ast.Assign)
-                     and isinstance(n.targets[0], ast.Name) and isinstance(n.value, ast.Name)]  # fmt: skip
-            self._renames = {k: [v for t, v in pairs if t == k] for k, _ in pairs}
-        return self._renames
 
     def _root(self) -> Path | None:
         """The folder of the project's classes (`classes.project_root`), found once."""

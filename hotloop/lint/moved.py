@@ -77,8 +77,9 @@ def appended(mi: Any, e: ast.expr, on_device: Callable[[ast.expr, ast.AST], bool
 
 
 def fills(mi: Any) -> dict[str, list[ast.AST]]:
-    """Container -> what fills it in this module: its `append`/`extend`/`insert` calls, and the values assigned to it
-    (`x = []`) or added to it (`x += [...]`), found once."""
+    """Name (or `self.x`) -> what fills it in this module, found once: the values assigned to it (`x = []`,
+    `get_train_loader = get_pytorch_train_loader`), the `+=` statements adding to it, and its
+    `append`/`extend`/`insert` calls. Shared by the device, mask, alias and logger questions that ask it."""
     if "_fills" not in mi.__dict__:
         out: dict[str, list[ast.AST]] = {}
         for n in mi.nodes:
@@ -105,13 +106,9 @@ def device_iterators(mi: Any) -> bool:
 
 
 def iterated_batch(mi: Any, name: str, at: ast.AST) -> bool:
-    """`name` is the target of a loop around `at` (the batch a torchtext iterator yields)."""
-    n = mi.parent.get(at)
-    while n is not None and not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        if isinstance(n, (ast.For, ast.AsyncFor)) and name in target_names(n.target):
-            return True
-        n = mi.parent.get(n)
-    return False
+    """`name` is the target of a loop around `at` in its function (the batch a torchtext iterator yields)."""
+    loops = mi.enclosing_loops(at)
+    return any(isinstance(n, (ast.For, ast.AsyncFor)) and name in target_names(n.target) for n in loops)
 
 
 TRAINER_CLASS = re.compile(r"(Trainer|Runner|Engine|Solver)$")
